@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+#pragma once
+
+#include <cstdint>
+
+#include "types.h"
+
+namespace metaroce::transport {
+
+// Per-path congestion response. Defaults suit a datacenter fabric: start at
+// line rate (as RDMA congestion controllers do) and back off on ECN and delay.
+struct CongestionConfig {
+  double ecn_gain = 1.0 / 16;          // EWMA gain of the marked fraction (DCTCP's g)
+  uint32_t additive_increase_bytes = 0;  // per RTT; 0 = one MTU
+  Time target_queue_delay_ns = 0;      // delay signal: back off when RTT exceeds min RTT + this; 0 = base RTT
+  double delay_backoff = 0.8;          // window factor applied when the delay signal fires
+  uint32_t min_window_bytes = 0;       // 0 = one MTU
+  uint32_t max_window_bytes = 0;       // per path; 0 = 4 * initial window
+  uint32_t initial_window_bytes = 0;   // per path; 0 = the path's bandwidth-delay product
+};
+
+struct EndpointConfig {
+  Profile profile = Profile::MetaRoCE;
+  uint16_t paths = 4;                  // MetaRoCE only; RoCEv2 always uses one
+  uint32_t mtu = 4096;                 // payload bytes per data packet
+  uint64_t path_rate_bps = 100'000'000'000;  // line rate per path: pacing ceiling, initial window
+  uint64_t inbound_capacity_bps = 0;   // receiver rate hint total; 0 = paths * path_rate_bps
+  Time base_rtt_ns = 8'000;            // RTT before the first sample
+  Time min_rto_ns = 0;                 // 0 = 4 * base RTT
+  Time max_rto_ns = 100'000'000;       // backoff ceiling (100 ms)
+  uint32_t path_suspect_timeouts = 1;  // consecutive RTOs before a path stops taking new data
+  uint32_t path_fail_timeouts = 3;     // consecutive RTOs before a path is failed and probed
+  Time probe_interval_ns = 0;          // first probe of a failed path after this; 0 = min RTO
+  uint32_t ack_every_packets = 4;      // ACK at least every this many data packets
+  Time ack_delay_ns = 0;               // or after this long; 0 = base RTT / 4
+  uint32_t max_outstanding_messages = 1024;  // per stream, receive-side tracking bound
+  CongestionConfig cc;
+};
+
+// What a queue pair is configured with (from ibv_modify_qp attributes).
+struct QpConfig {
+  uint32_t max_send_wr = 1024;
+  uint32_t max_recv_wr = 1024;
+  uint8_t retry_cnt = 7;        // timeouts without progress before RETRY_EXC_ERR
+  uint8_t rnr_retry = 7;        // 7 = retry forever, as in verbs
+  Time timeout_ns = 0;          // transport timeout (verbs: 4.096us * 2^timeout); 0 = engine RTO
+  Time min_rnr_timer_ns = 10'000;
+  uint32_t max_rd_atomic = 16;
+  uint32_t max_dest_rd_atomic = 16;
+};
+
+}  // namespace metaroce::transport

@@ -1,0 +1,606 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+#include "connection.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "endpoint.h"
+#include "queue_pair.h"
+
+namespace metaroce::transport {
+namespace {
+
+// Ethernet + IPv4 + UDP headers, FCS, preamble and inter-frame gap: what a
+// datagram costs on the wire beyond its UDP payload. Used for pacing only.
+constexpr uint32_t kWireOverheadBytes = 66;
+constexpr uint32_t kMaxBackoffShift = 10;
+
+bool seq_after(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) > 0; }
+
+Time ceil_ns(double ns) { return ns <= 0 ? 0 : static_cast<Time>(std::ceil(ns)); }
+
+}  // namespace
+
+const char* to_string(PathHealth health) {
+  switch (health) {
+    case PathHealth::Active: return "active";
+    case PathHealth::Suspect: return "suspect";
+    case PathHealth::Failed: return "failed";
+  }
+  return "?";
+}
+
+Connection::Connection(Endpoint& endpoint, PeerId peer)
+    : endpoint_(endpoint), peer_(peer), profile_(endpoint.config().profile) {
+  const EndpointConfig& config = endpoint.config();
+  const uint16_t count = rocev2() ? 1 : std::clamp<uint16_t>(config.paths, 1, wire::kMaxPaths);
+  const CongestionParams params = endpoint.congestion_params();
+  paths_.reserve(count);
+  for (uint16_t i = 0; i < count; ++i) {
+    paths_.emplace_back(i, config.base_rtt_ns, params);
+    paths_.back().stats.path_id = i;
+  }
+}
+
+void Connection::attach(QueuePair* qp) {
+  if (std::find(qps_.begin(), qps_.end(), qp) == qps_.end()) qps_.push_back(qp);
+}
+
+void Connection::detach(QueuePair* qp) {
+  qps_.erase(std::remove(qps_.begin(), qps_.end(), qp), qps_.end());
+  qp_cursor_ = 0;
+}
+
+void Connection::set_congestion(const CongestionParams& params) {
+  for (SendPath& path : paths_) path.cc.set_params(params);
+}
+
+QueuePair* Connection::attached_qp(uint32_t qpn) const {
+  for (QueuePair* qp : qps_)
+    if (qp->qpn() == qpn) return qp;
+  return nullptr;
+}
+
+Time Connection::rto(const SendPath& path) const {
+  const EndpointConfig& c = endpoint_.config();
+  const Time base = path.rtt.rto(endpoint_.min_rto(), c.max_rto_ns);
+  return std::min<Time>(base << std::min(path.consecutive_rtos, kMaxBackoffShift), c.max_rto_ns);
+}
+
+bool Connection::sending_to_us(Time now) const {
+  return any_data_rx_ && now - last_data_rx_ <= 4 * endpoint_.config().base_rtt_ns + endpoint_.ack_delay();
+}
+
+// --- receive ---------------------------------------------------------------
+
+void Connection::on_packet(Time now, const wire::Packet& packet, bool ce_marked) {
+  switch (packet.common.type) {
+    case wire::PacketType::Data: on_data(now, packet, ce_marked); break;
+    case wire::PacketType::Ack: on_ack(now, packet.ack); break;
+    case wire::PacketType::Nak: on_nak(now, packet.nak); break;
+    case wire::PacketType::Probe: {
+      Control reply;
+      reply.type = wire::PacketType::ProbeReply;
+      reply.path_id = packet.common.path_id;
+      reply.probe = packet.probe;
+      control_.push_back(reply);
+      break;
+    }
+    case wire::PacketType::ProbeReply: on_probe_reply(now, packet); break;
+  }
+}
+
+void Connection::on_data(Time now, const wire::Packet& p, bool ce_marked) {
+  EndpointCounters& counters = endpoint_.counters_;
+  const wire::DataHeader& h = p.data;
+  QueuePair* qp = attached_qp(h.dst_qpn);
+  if (!qp || qp->remote_qpn() != h.src_qpn) {
+    ++counters.rx_drop_unknown_qp;
+    return;
+  }
+  const uint16_t path_id = p.common.path_id;
+  if (rocev2()) {
+    if (path_id != 0) {
+      ++counters.rx_drop_bad_request;
+      return;
+    }
+    switch (in_order_.record(h.path_seq)) {
+      case InOrderReceiver::Arrival::Expected: break;
+      case InOrderReceiver::Arrival::Duplicate:
+        ++counters.rx_duplicate_completed;
+        dirty_paths_ |= 1;
+        ack_now_ = true;
+        unacked_packets_ = std::max<uint32_t>(unacked_packets_, 1);
+        return;
+      case InOrderReceiver::Arrival::OutOfOrder:
+        ++counters.rx_drop_out_of_order;
+        if (in_order_.take_nak_due()) {
+          wire::Nak nak;
+          nak.kind = wire::NakKind::Sequence;
+          nak.data_path_id = 0;
+          nak.qpn = qp->remote_qpn();
+          nak.msn = h.msn;
+          nak.expected_seq = in_order_.expected();
+          queue_nak(0, nak);
+        }
+        return;
+    }
+  }
+
+  const Verdict verdict = wire::is_request(h.opcode) ? qp->on_request(p) : qp->on_response(p);
+  switch (verdict) {
+    case Verdict::Placed: break;
+    case Verdict::DuplicateChunk: ++counters.rx_duplicate_chunk; break;
+    case Verdict::DuplicateComplete: ++counters.rx_duplicate_completed; ack_now_ = true; break;
+    case Verdict::OutOfWindow: ++counters.rx_drop_out_of_window; return;
+    case Verdict::QpNotReady: ++counters.rx_drop_qp_state; return;
+    case Verdict::ReceiverNotReady: ++counters.rx_drop_rnr; break;
+    case Verdict::AccessError: ++counters.rx_drop_access; break;
+    case Verdict::InvalidRequest: ++counters.rx_drop_bad_request; break;
+    case Verdict::StaleResponse: ++counters.rx_drop_stale_response; break;
+  }
+  ++counters.rx_data_packets;
+  if (verdict == Verdict::Placed && !wire::is_request(h.opcode)) note_progress(now);
+
+  // The path saw this packet whatever the message layer decided: path
+  // reliability is about the network, message problems travel in NAKs.
+  if (!rocev2()) {
+    bool gap = false;
+    scoreboards_[path_id].record(h.path_seq, gap);
+    if (gap) ack_now_ = true;
+    if (ce_marked) scoreboards_[path_id].count_ce();
+  } else if (ce_marked) {
+    in_order_.count_ce();
+  }
+  if (ce_marked) ++counters.rx_ce_marked;
+  dirty_paths_ |= uint64_t{1} << path_id;
+  if (unacked_packets_++ == 0) oldest_unacked_ = now;
+  if (h.flags & wire::kFlagAckRequest) ack_now_ = true;
+  last_rx_path_ = path_id;
+  last_data_rx_ = now;
+  any_data_rx_ = true;
+}
+
+void Connection::on_ack(Time now, const wire::Ack& ack) {
+  ++endpoint_.counters_.rx_acks;
+  rate_hint_bps_ = uint64_t{ack.rate_hint_mbps} * 1'000'000;
+  for (uint8_t i = 0; i < ack.path_count; ++i) {
+    const wire::PathSack& block = ack.paths[i];
+    if (block.path_id < paths_.size()) on_path_sack(now, paths_[block.path_id], block, ack.ack_delay_ns);
+  }
+  for (uint8_t i = 0; i < ack.stream_count; ++i) {
+    QueuePair* qp = attached_qp(ack.streams[i].qpn);
+    if (!qp) continue;
+    qp->on_stream_ack(ack.streams[i].completed_msn);
+  }
+}
+
+void Connection::on_path_sack(Time now, SendPath& path, const wire::PathSack& block, Time ack_delay) {
+  if (path.records.empty()) return;
+  const uint32_t highest = block.highest_seq;
+  // Sequence numbers the ACK can speak about: first_seq .. highest.
+  if (seq_after(path.first_seq, highest)) return;
+  const uint64_t upto = std::min<uint64_t>(uint64_t{highest - path.first_seq} + 1, path.records.size());
+  uint32_t acked_bytes = 0;
+  uint32_t acked_packets = 0;
+  Time rtt_sample = 0;
+  for (uint64_t i = 0; i < upto; ++i) {
+    TxRecord& record = path.records[i];
+    const uint32_t seq = path.first_seq + static_cast<uint32_t>(i);
+    const bool covered = rocev2() || block.covers(seq);
+    if (covered) {
+      if (record.state == TxRecord::State::Acked) continue;
+      if (record.state == TxRecord::State::Lost) {
+        ++endpoint_.counters_.spurious_retransmits;
+      } else {
+        path.inflight_bytes -= record.bytes;
+        acked_bytes += record.bytes;
+        ++acked_packets;
+        if (seq == highest && now > record.sent + ack_delay) rtt_sample = now - record.sent - ack_delay;
+      }
+      record.state = TxRecord::State::Acked;
+      if (QueuePair* qp = attached_qp(record.ref.qpn)) qp->on_chunk_acked(record.ref);
+    } else if (record.state == TxRecord::State::InFlight) {
+      // Paths are FIFO: a later packet arrived, so this one was lost.
+      declare_lost(path, record);
+    }
+  }
+  if (!path.any_acked || seq_after(highest, path.highest_acked)) path.highest_acked = highest;
+  path.any_acked = true;
+  if (rtt_sample) path.rtt.on_sample(rtt_sample);
+  const uint32_t marks = block.ce_count - path.last_ce_count;
+  path.last_ce_count = block.ce_count;
+  path.stats.ecn_marks += marks;
+  if (acked_packets > 0) {
+    path.cc.on_ack(now, acked_bytes, acked_packets, marks, rtt_sample, path.rtt.min_rtt(), path.rtt.srtt());
+    path.consecutive_rtos = 0;
+    if (path.health == PathHealth::Suspect) path.health = PathHealth::Active;
+    note_progress(now);
+  }
+  // Anything this far below the highest ACKed can no longer be reported.
+  for (uint64_t i = 0; i < path.records.size(); ++i) {
+    const uint32_t seq = path.first_seq + static_cast<uint32_t>(i);
+    if (path.highest_acked - seq < wire::kSackBits) break;
+    if (path.records[i].state == TxRecord::State::InFlight) declare_lost(path, path.records[i]);
+  }
+  trim(path);
+  path.rto_deadline = path.inflight_bytes > 0 ? now + rto(path) : kNever;
+}
+
+void Connection::declare_lost(SendPath& path, TxRecord& record) {
+  record.state = TxRecord::State::Lost;
+  path.inflight_bytes -= record.bytes;
+  ++path.stats.lost;
+  retransmits_.push_back({record.ref, path.id, false});
+}
+
+void Connection::trim(SendPath& path) {
+  while (!path.records.empty()) {
+    const TxRecord& front = path.records.front();
+    const bool forgettable =
+        front.state == TxRecord::State::Acked ||
+        (front.state == TxRecord::State::Lost && path.highest_acked - path.first_seq >= wire::kSackBits);
+    if (!forgettable) break;
+    path.records.pop_front();
+    ++path.first_seq;
+  }
+}
+
+void Connection::on_nak(Time now, const wire::Nak& nak) {
+  ++endpoint_.counters_.rx_naks;
+  if (nak.kind == wire::NakKind::Sequence) {
+    if (!rocev2() || paths_.empty()) return;
+    SendPath& path = paths_[0];
+    // Everything before expected_seq arrived: a cumulative ACK up to it.
+    wire::PathSack block;
+    block.highest_seq = nak.expected_seq - 1;
+    block.ce_count = path.last_ce_count;
+    on_path_sack(now, path, block, 0);
+    if (!seq_after(nak.expected_seq, path.next_seq) && !path.records.empty()) {
+      path.rewinding = true;
+      path.rewind_seq = nak.expected_seq;
+      ++endpoint_.counters_.go_back_n;
+    }
+    return;
+  }
+  QueuePair* qp = attached_qp(nak.qpn);
+  if (qp && qp->on_nak(now, nak)) note_progress(now);
+}
+
+void Connection::on_probe_reply(Time now, const wire::Packet& packet) {
+  const uint16_t id = packet.common.path_id;
+  if (id >= paths_.size()) return;
+  SendPath& path = paths_[id];
+  if (path.health != PathHealth::Failed || packet.probe.probe_seq != path.probe_seq) return;
+  path.health = PathHealth::Active;
+  path.consecutive_rtos = 0;
+  path.probe_at = kNever;
+  path.cc.reset();
+  if (packet.probe.timestamp <= now) path.rtt.on_sample(now - packet.probe.timestamp);
+  ++endpoint_.counters_.path_recoveries;
+}
+
+void Connection::note_progress(Time now) {
+  last_progress_ = now;
+  retry_count_ = 0;
+}
+
+void Connection::queue_nak(uint16_t path_id, const wire::Nak& nak) {
+  Control c;
+  c.type = wire::PacketType::Nak;
+  c.path_id = path_id;
+  c.nak = nak;
+  control_.push_back(c);
+}
+
+// --- timers ------------------------------------------------------------------
+
+bool Connection::has_outstanding_work() const {
+  for (const QueuePair* qp : qps_)
+    if (qp->has_outstanding_work()) return true;
+  return false;
+}
+
+Time Connection::retry_deadline() const {
+  if (!has_outstanding_work()) return kNever;
+  Time base = endpoint_.min_rto();
+  for (const SendPath& path : paths_) base = std::max(base, path.rtt.rto(endpoint_.min_rto(), endpoint_.config().max_rto_ns));
+  for (const QueuePair* qp : qps_) base = std::max(base, qp->config().timeout_ns);
+  return last_progress_ + (base << std::min(retry_count_, kMaxBackoffShift));
+}
+
+void Connection::path_timeout(Time now, SendPath& path) {
+  ++endpoint_.counters_.rto_expirations;
+  ++path.consecutive_rtos;
+  if (rocev2()) {
+    // Go back to the oldest unacknowledged packet and resend from there.
+    path.rewinding = true;
+    path.rewind_seq = path.first_seq;
+    ++endpoint_.counters_.go_back_n;
+  } else {
+    for (TxRecord& record : path.records)
+      if (record.state == TxRecord::State::InFlight) declare_lost(path, record);
+    const EndpointConfig& config = endpoint_.config();
+    if (path.consecutive_rtos >= config.path_fail_timeouts) {
+      if (path.health != PathHealth::Failed) {
+        path.health = PathHealth::Failed;
+        path.probe_interval = endpoint_.probe_interval();
+        path.probe_at = now + path.probe_interval;
+        ++endpoint_.counters_.path_failures;
+      }
+    } else if (path.consecutive_rtos >= config.path_suspect_timeouts) {
+      path.health = PathHealth::Suspect;
+    }
+  }
+  path.rto_deadline = path.inflight_bytes > 0 || path.rewinding ? now + rto(path) : kNever;
+}
+
+void Connection::retry_timeout(Time now) {
+  ++retry_count_;
+  last_progress_ = now;
+  for (QueuePair* qp : std::vector<QueuePair*>(qps_)) {
+    if (!qp->has_outstanding_work()) continue;
+    if (retry_count_ > qp->config().retry_cnt) {
+      qp->fail_with(WcStatus::RetryExceeded);
+      continue;
+    }
+    ChunkRef ref;
+    if (qp->tail_probe(ref)) retransmits_.push_back({ref, 0, true});
+  }
+}
+
+void Connection::on_timer(Time now) {
+  for (SendPath& path : paths_) {
+    if (path.rto_deadline <= now) path_timeout(now, path);
+    if (path.health == PathHealth::Failed && path.probe_at <= now) {
+      Control probe;
+      probe.type = wire::PacketType::Probe;
+      probe.path_id = path.id;
+      probe.probe.probe_seq = ++path.probe_seq;
+      probe.probe.timestamp = now;
+      control_.push_back(probe);
+      ++endpoint_.counters_.tx_probes;
+      path.probe_interval = std::min<Time>(path.probe_interval * 2, endpoint_.config().max_rto_ns);
+      path.probe_at = now + path.probe_interval;
+    }
+  }
+  for (QueuePair* qp : qps_) qp->on_timer(now);
+  if (retry_deadline() <= now) retry_timeout(now);
+}
+
+// --- transmit ----------------------------------------------------------------
+
+bool Connection::ack_due(Time now) const {
+  if (unacked_packets_ == 0 || dirty_paths_ == 0) return false;
+  return ack_now_ || unacked_packets_ >= endpoint_.config().ack_every_packets ||
+         now >= oldest_unacked_ + endpoint_.ack_delay();
+}
+
+uint32_t Connection::rate_hint_mbps(Time now) const {
+  const uint64_t share = endpoint_.inbound_capacity_bps() / std::max<size_t>(1, endpoint_.active_senders(now));
+  return static_cast<uint32_t>(std::min<uint64_t>(share / 1'000'000, UINT32_MAX));
+}
+
+size_t Connection::send_ack(Time now, std::span<uint8_t> out, uint16_t& path_id) {
+  wire::Ack ack;
+  ack.rate_hint_mbps = rate_hint_mbps(now);
+  ack.ack_delay_ns = static_cast<uint32_t>(std::min<Time>(now - oldest_unacked_, UINT32_MAX));
+  uint64_t remaining = dirty_paths_;
+  while (remaining != 0 && ack.path_count < wire::kMaxAckPathBlocks) {
+    const uint16_t id = static_cast<uint16_t>(__builtin_ctzll(remaining));
+    remaining &= remaining - 1;
+    wire::PathSack& block = ack.paths[ack.path_count++];
+    if (rocev2()) in_order_.fill(id, block);
+    else scoreboards_[id].fill(id, block);
+  }
+  for (QueuePair* qp : qps_) {
+    if (ack.stream_count == wire::kMaxAckStreams) break;
+    if (!qp->take_ack_dirty()) continue;
+    ack.streams[ack.stream_count++] = {qp->remote_qpn(), qp->completed_msn()};
+  }
+  const size_t length = wire::encode_ack(out, last_rx_path_, ack);
+  if (length == 0) return 0;
+  dirty_paths_ = remaining;
+  if (remaining == 0) {
+    unacked_packets_ = 0;
+    oldest_unacked_ = kNever;
+    ack_now_ = false;
+  }
+  path_id = rocev2() ? 0 : last_rx_path_;
+  ++endpoint_.counters_.tx_acks;
+  return length;
+}
+
+bool Connection::path_has_room(const SendPath& path, uint32_t bytes) const {
+  switch (path.health) {
+    case PathHealth::Failed: return false;
+    case PathHealth::Suspect: return path.inflight_bytes == 0;
+    case PathHealth::Active: break;
+  }
+  return path.inflight_bytes == 0 || path.inflight_bytes + bytes <= path.cc.window();
+}
+
+Time Connection::path_ready_time(const SendPath& path) const {
+  return std::max(ceil_ns(path.next_tx_ns), ceil_ns(conn_next_tx_ns_));
+}
+
+Connection::SendPath* Connection::pick_path(Time now, uint32_t bytes, int avoid) {
+  SendPath* best = nullptr;
+  SendPath* fallback = nullptr;
+  for (SendPath& path : paths_) {
+    if (!path_has_room(path, bytes) || path_ready_time(path) > now) continue;
+    if (path.id == avoid) {
+      fallback = &path;
+      continue;
+    }
+    if (!best || path.next_tx_ns < best->next_tx_ns ||
+        (path.next_tx_ns == best->next_tx_ns && path.inflight_bytes < best->inflight_bytes))
+      best = &path;
+  }
+  return best ? best : fallback;
+}
+
+void Connection::after_send(Time now, SendPath& path, uint32_t bytes) {
+  const EndpointConfig& config = endpoint_.config();
+  const double wire_bits = 8.0 * (bytes + kWireOverheadBytes);
+  const double window_rate = 1.25 * 8e9 * path.cc.window() / std::max<Time>(path.rtt.srtt(), 1);
+  const double path_rate = std::min<double>(static_cast<double>(config.path_rate_bps), window_rate);
+  path.next_tx_ns = std::max<double>(path.next_tx_ns, static_cast<double>(now)) + wire_bits * 1e9 / path_rate;
+  if (rate_hint_bps_ > 0)
+    conn_next_tx_ns_ = std::max<double>(conn_next_tx_ns_, static_cast<double>(now)) +
+                       wire_bits * 1e9 / static_cast<double>(rate_hint_bps_);
+  if (path.rto_deadline == kNever) path.rto_deadline = now + rto(path);
+  ++path.stats.packets_sent;
+  path.stats.bytes_sent += bytes;
+}
+
+size_t Connection::send_rewind(Time now, SendPath& path, std::span<uint8_t> out) {
+  while (path.rewinding) {
+    if (seq_after(path.first_seq, path.rewind_seq)) path.rewind_seq = path.first_seq;
+    const uint32_t index = path.rewind_seq - path.first_seq;
+    if (index >= path.records.size()) {
+      path.rewinding = false;
+      break;
+    }
+    TxRecord& record = path.records[index];
+    ++path.rewind_seq;
+    QueuePair* qp = attached_qp(record.ref.qpn);
+    // A record whose message is gone is resent anyway, empty of meaning but
+    // keeping the sequence space gap-free for the in-order receiver.
+    const size_t length = qp ? qp->build_packet(record.ref, 0, path.rewind_seq - 1, wire::kFlagRetransmit, out) : 0;
+    if (length == 0) continue;
+    record.sent = now;
+    if (record.state != TxRecord::State::InFlight) {
+      record.state = TxRecord::State::InFlight;
+      path.inflight_bytes += record.bytes;
+    }
+    ++endpoint_.counters_.tx_retransmits;
+    ++path.stats.retransmits;
+    after_send(now, path, static_cast<uint32_t>(length));
+    return length;
+  }
+  return 0;
+}
+
+bool Connection::has_data_to_send() const {
+  if (!retransmits_.empty()) return true;
+  for (const SendPath& path : paths_)
+    if (path.rewinding) return true;
+  for (const QueuePair* qp : qps_)
+    if (qp->has_new_chunks()) return true;
+  return false;
+}
+
+size_t Connection::send_data(Time now, std::span<uint8_t> out, uint16_t& path_id) {
+  const uint32_t mtu_bytes = endpoint_.config().mtu + static_cast<uint32_t>(wire::kDataHeaderBytes);
+  if (rocev2() && paths_[0].rewinding) {
+    if (path_ready_time(paths_[0]) > now) return 0;
+    const size_t length = send_rewind(now, paths_[0], out);
+    if (length > 0) {
+      path_id = 0;
+      return length;
+    }
+  }
+  // Drop retransmissions that are no longer needed before choosing a path.
+  while (!retransmits_.empty()) {
+    const Retransmit& r = retransmits_.front();
+    QueuePair* qp = attached_qp(r.ref.qpn);
+    const bool needed = qp && (r.tail_probe ? qp->has_outstanding_work() : qp->chunk_needed(r.ref));
+    if (needed) break;
+    retransmits_.pop_front();
+  }
+  const bool retransmit = !retransmits_.empty();
+  SendPath* path = pick_path(now, mtu_bytes, retransmit ? retransmits_.front().lost_on : -1);
+  if (!path) return 0;
+
+  ChunkRef ref;
+  uint8_t flags = 0;
+  if (retransmit) {
+    ref = retransmits_.front().ref;
+    if (retransmits_.front().tail_probe) flags |= wire::kFlagAckRequest;
+    retransmits_.pop_front();
+    flags |= wire::kFlagRetransmit;
+  } else {
+    bool found = false;
+    for (size_t tried = 0; tried < qps_.size() && !found; ++tried) {
+      QueuePair* qp = qps_[qp_cursor_ % qps_.size()];
+      qp_cursor_ = (qp_cursor_ + 1) % qps_.size();
+      found = qp->next_new_chunk(ref);
+    }
+    if (!found) return 0;
+  }
+  QueuePair* qp = attached_qp(ref.qpn);
+  const size_t length = qp ? qp->build_packet(ref, path->id, path->next_seq, flags, out) : 0;
+  if (length == 0) return 0;
+  path->records.push_back({ref, now, static_cast<uint32_t>(length), TxRecord::State::InFlight});
+  ++path->next_seq;
+  path->inflight_bytes += static_cast<uint32_t>(length);
+  EndpointCounters& counters = endpoint_.counters_;
+  ++counters.tx_data_packets;
+  counters.tx_data_bytes += qp->chunk_payload_bytes(ref);
+  if (retransmit) {
+    ++counters.tx_retransmits;
+    ++path->stats.retransmits;
+  }
+  after_send(now, *path, static_cast<uint32_t>(length));
+  path_id = path->id;
+  return length;
+}
+
+size_t Connection::poll_transmit(Time now, std::span<uint8_t> out, uint16_t& path_id) {
+  if (!control_.empty()) {
+    const Control c = control_.front();
+    control_.pop_front();
+    path_id = c.path_id;
+    if (c.type == wire::PacketType::Nak) {
+      ++endpoint_.counters_.tx_naks;
+      return wire::encode_nak(out, c.path_id, c.nak);
+    }
+    return wire::encode_probe(out, c.path_id, c.type, c.probe);
+  }
+  if (ack_due(now)) return send_ack(now, out, path_id);
+  return send_data(now, out, path_id);
+}
+
+Time Connection::next_wakeup() const {
+  if (!control_.empty()) return 0;
+  Time wake = kNever;
+  if (unacked_packets_ > 0 && dirty_paths_ != 0) {
+    if (ack_now_ || unacked_packets_ >= endpoint_.config().ack_every_packets) return 0;
+    wake = oldest_unacked_ + endpoint_.ack_delay();
+  }
+  if (has_data_to_send()) {
+    const uint32_t mtu_bytes = endpoint_.config().mtu + static_cast<uint32_t>(wire::kDataHeaderBytes);
+    for (const SendPath& path : paths_) {
+      if (rocev2() && path.rewinding) {
+        wake = std::min(wake, path_ready_time(path));
+      } else if (path_has_room(path, mtu_bytes)) {
+        wake = std::min(wake, path_ready_time(path));
+      }
+    }
+  }
+  for (const SendPath& path : paths_) {
+    wake = std::min(wake, path.rto_deadline);
+    if (path.health == PathHealth::Failed) wake = std::min(wake, path.probe_at);
+  }
+  for (const QueuePair* qp : qps_) wake = std::min(wake, qp->next_rnr_resend());
+  return std::min(wake, retry_deadline());
+}
+
+std::vector<PathSnapshot> Connection::snapshots() const {
+  std::vector<PathSnapshot> out;
+  out.reserve(paths_.size());
+  for (const SendPath& path : paths_) {
+    PathSnapshot s = path.stats;
+    s.health = path.health;
+    s.window_bytes = path.cc.window();
+    s.inflight_bytes = path.inflight_bytes;
+    s.srtt_ns = path.rtt.srtt();
+    s.min_rtt_ns = path.rtt.min_rtt() == kNever ? 0 : path.rtt.min_rtt();
+    s.ecn_alpha = path.cc.alpha();
+    out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace metaroce::transport

@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//
+// The MetaRoCE engine, sans-I/O. An Endpoint is one device context: it owns
+// memory regions, completion queues, queue pairs (one ordered stream each) and
+// one Connection per remote endpoint, which sprays the streams' packets over
+// many paths under one congestion controller.
+//
+// Nothing here reads a clock, makes a syscall or starts a thread. The driver
+// (io/ runtime or the simulator) feeds it:
+//   on_datagram(now, ...)   a received UDP payload
+//   on_timer(now)           when now >= next_wakeup()
+// and drains it:
+//   poll_transmit(now, buf) until it returns nothing, after every call above
+//   and after every post
+//   poll_cq(cq, ...)        completions
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "config.h"
+#include "counters.h"
+#include "memory.h"
+#include "path_congestion.h"
+#include "types.h"
+
+namespace metaroce::transport {
+
+class Connection;
+class QueuePair;
+
+struct TxDatagram {
+  PeerId peer = 0;
+  uint16_t path_id = 0;  // the driver sends from its socket (source port) for this path
+  uint32_t length = 0;   // bytes written to the buffer given to poll_transmit
+};
+
+class Endpoint {
+ public:
+  explicit Endpoint(const EndpointConfig& config);
+  ~Endpoint();
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+
+  const EndpointConfig& config() const { return config_; }
+
+  // --- memory -------------------------------------------------------------
+  MemoryRegistry& memory() { return memory_; }
+
+  // --- completion queues --------------------------------------------------
+  uint32_t create_cq(uint32_t capacity);
+  PostResult destroy_cq(uint32_t cq);
+  // Moves up to out.size() completions into out; returns how many.
+  size_t poll_cq(uint32_t cq, std::span<Completion> out);
+  // Completions waiting in the CQ.
+  size_t cq_depth(uint32_t cq) const;
+
+  // --- queue pairs --------------------------------------------------------
+  // Returns the new QP number (never 0), or 0 if a CQ does not exist.
+  uint32_t create_qp(uint32_t pd, uint32_t send_cq, uint32_t recv_cq, const QpConfig& config);
+  PostResult destroy_qp(uint32_t qpn);
+  // INIT -> RTR with the peer and its QP number; RTR -> RTS; any -> ERROR / RESET.
+  PostResult modify_qp_to_init(uint32_t qpn);
+  PostResult modify_qp_to_rtr(uint32_t qpn, PeerId peer, uint32_t remote_qpn, const QpConfig& config);
+  PostResult modify_qp_to_rts(uint32_t qpn);
+  PostResult modify_qp_to_error(uint32_t qpn);
+  PostResult modify_qp_to_reset(uint32_t qpn);
+  std::optional<QpState> qp_state(uint32_t qpn) const;
+
+  PostResult post_send(uint32_t qpn, const SendWr& wr);
+  PostResult post_recv(uint32_t qpn, const RecvWr& wr);
+
+  // --- I/O ----------------------------------------------------------------
+  void on_datagram(Time now, PeerId from, std::span<const uint8_t> datagram, bool ce_marked);
+  void on_timer(Time now);
+  // Writes the next datagram due at `now` into buf (which must hold at least
+  // max_datagram_bytes()); returns nothing when none is due.
+  std::optional<TxDatagram> poll_transmit(Time now, std::span<uint8_t> buf);
+  size_t max_datagram_bytes() const;
+  // Earliest time on_timer or poll_transmit has something to do; kNever if idle.
+  Time next_wakeup() const;
+
+  const EndpointCounters& counters() const { return counters_; }
+  // Per-path view of the connection to `peer`, for statistics and tests.
+  std::vector<PathSnapshot> path_snapshots(PeerId peer) const;
+  // Applies new congestion parameters to running connections.
+  void set_congestion(const CongestionConfig& cc);
+
+  // Configuration with defaults resolved.
+  CongestionParams congestion_params() const;
+  Time min_rto() const;
+  Time ack_delay() const;
+  Time probe_interval() const;
+  uint64_t inbound_capacity_bps() const;
+  // Peers that sent us data recently: the receiver's rate hint divides among them.
+  size_t active_senders(Time now) const;
+
+ private:
+  friend class Connection;
+  friend class QueuePair;
+
+  Connection* connection_for(PeerId peer, bool create);
+  QueuePair* find_qp(uint32_t qpn) const;
+  void push_completion(uint32_t cq, const Completion& completion);
+
+  EndpointConfig config_;
+  MemoryRegistry memory_;
+  EndpointCounters counters_;
+  struct CompletionQueue;
+  std::unordered_map<uint32_t, std::unique_ptr<CompletionQueue>> cqs_;
+  std::unordered_map<uint32_t, std::unique_ptr<QueuePair>> qps_;
+  // Ordered so that iteration (transmit scheduling) is deterministic.
+  std::map<PeerId, std::unique_ptr<Connection>> connections_;
+  uint32_t next_cq_ = 1;
+  uint32_t next_qpn_ = 0x11;
+  PeerId tx_cursor_ = 0;  // round-robin start among connections
+  std::vector<uint8_t> rx_scratch_;
+};
+
+}  // namespace metaroce::transport

@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+#include "memory.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace metaroce::transport {
+namespace {
+
+constexpr uint32_t kKnownAccess =
+    kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+
+// A key is the slot index in the upper 24 bits and a generation in the lower 8,
+// so a stale key of a freed and reused slot does not match the new region.
+uint32_t make_key(uint32_t index, uint8_t generation) { return (index << 8) | generation; }
+
+bool range_inside(const MemoryRegion& mr, uint64_t addr, uint64_t length) {
+  if (addr < mr.addr) return false;
+  const uint64_t start = addr - mr.addr;
+  return start <= mr.length && length <= mr.length - start;
+}
+
+}  // namespace
+
+std::optional<uint32_t> MemoryRegistry::register_region(uint32_t pd, uint64_t addr, uint64_t length,
+                                                        uint32_t access) {
+  if ((access & ~kKnownAccess) != 0) return std::nullopt;
+  if (addr + length < addr) return std::nullopt;
+  // Verbs requires local write whenever remote write or atomic is granted.
+  if ((access & (kAccessRemoteWrite | kAccessRemoteAtomic)) && !(access & kAccessLocalWrite))
+    return std::nullopt;
+  uint32_t index;
+  if (!free_.empty()) {
+    index = free_.back();
+    free_.pop_back();
+  } else {
+    if (slots_.size() >= (1u << 24) - 1) return std::nullopt;
+    index = static_cast<uint32_t>(slots_.size()) + 1;  // key 0 is never valid
+    slots_.emplace_back();
+  }
+  Slot& slot = slots_[index - 1];
+  slot.generation = static_cast<uint8_t>(slot.generation + 1);
+  slot.live = true;
+  slot.region = MemoryRegion{addr, length, make_key(index, slot.generation), access, pd};
+  ++live_;
+  return slot.region.key;
+}
+
+bool MemoryRegistry::deregister(uint32_t key) {
+  const MemoryRegion* mr = find(key);
+  if (!mr) return false;
+  const uint32_t index = key >> 8;
+  slots_[index - 1].live = false;
+  free_.push_back(index);
+  --live_;
+  return true;
+}
+
+const MemoryRegion* MemoryRegistry::find(uint32_t key) const {
+  const uint32_t index = key >> 8;
+  if (index == 0 || index > slots_.size()) return nullptr;
+  const Slot& slot = slots_[index - 1];
+  if (!slot.live || slot.region.key != key) return nullptr;
+  return &slot.region;
+}
+
+AccessCheck MemoryRegistry::check_remote(uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t length,
+                                         uint32_t required) const {
+  const MemoryRegion* mr = find(rkey);
+  if (!mr) return AccessCheck::NoSuchKey;
+  if (mr->pd != pd) return AccessCheck::WrongProtectionDomain;
+  if ((mr->access & required) != required) return AccessCheck::NoPermission;
+  if (!range_inside(*mr, addr, length)) return AccessCheck::OutOfBounds;
+  if ((required & kAccessRemoteAtomic) && (addr % 8) != 0) return AccessCheck::Misaligned;
+  return AccessCheck::Ok;
+}
+
+AccessCheck MemoryRegistry::check_local(uint32_t lkey, uint32_t pd, uint64_t addr, uint64_t length,
+                                        bool need_write) const {
+  const MemoryRegion* mr = find(lkey);
+  if (!mr) return AccessCheck::NoSuchKey;
+  if (mr->pd != pd) return AccessCheck::WrongProtectionDomain;
+  if (need_write && !(mr->access & kAccessLocalWrite)) return AccessCheck::NoPermission;
+  if (!range_inside(*mr, addr, length)) return AccessCheck::OutOfBounds;
+  return AccessCheck::Ok;
+}
+
+AccessCheck MemoryRegistry::check_sges(std::span<const Sge> sges, uint32_t pd, bool need_write) const {
+  for (const Sge& sge : sges) {
+    if (sge.length == 0) continue;
+    const AccessCheck result = check_local(sge.lkey, pd, sge.addr, sge.length, need_write);
+    if (result != AccessCheck::Ok) return result;
+  }
+  return AccessCheck::Ok;
+}
+
+uint64_t sge_total_length(std::span<const Sge> sges) {
+  uint64_t total = 0;
+  for (const Sge& sge : sges) total += sge.length;
+  return total;
+}
+
+namespace {
+
+template <typename Copy>
+bool walk_sges(std::span<const Sge> sges, uint64_t offset, uint64_t length, Copy copy) {
+  if (offset + length < offset || offset + length > sge_total_length(sges)) return false;
+  uint64_t done = 0;
+  for (const Sge& sge : sges) {
+    if (done == length) break;
+    if (offset >= sge.length) {
+      offset -= sge.length;
+      continue;
+    }
+    const uint64_t n = std::min<uint64_t>(sge.length - offset, length - done);
+    copy(reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(sge.addr + offset)), done, n);
+    done += n;
+    offset = 0;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool scatter_to_sges(std::span<const Sge> sges, uint64_t offset, std::span<const uint8_t> data) {
+  return walk_sges(sges, offset, data.size(), [&](uint8_t* dst, uint64_t at, uint64_t n) {
+    std::memcpy(dst, data.data() + at, n);
+  });
+}
+
+bool gather_from_sges(std::span<const Sge> sges, uint64_t offset, std::span<uint8_t> out) {
+  return walk_sges(sges, offset, out.size(), [&](uint8_t* src, uint64_t at, uint64_t n) {
+    std::memcpy(out.data() + at, src, n);
+  });
+}
+
+}  // namespace metaroce::transport

@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//
+// The memory-region table: every byte the engine writes or reads on behalf of
+// a peer or a work request goes through a check here first.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "types.h"
+
+namespace metaroce::transport {
+
+struct MemoryRegion {
+  uint64_t addr = 0;
+  uint64_t length = 0;
+  uint32_t key = 0;  // lkey == rkey, as in rxe
+  uint32_t access = 0;
+  uint32_t pd = 0;
+};
+
+enum class AccessCheck : uint8_t {
+  Ok,
+  NoSuchKey,
+  WrongProtectionDomain,
+  OutOfBounds,
+  NoPermission,
+  Misaligned,  // atomics need 8-byte alignment
+};
+
+class MemoryRegistry {
+ public:
+  // Returns the key (used as both lkey and rkey), or nothing when the range
+  // wraps around the address space or access has unknown bits.
+  std::optional<uint32_t> register_region(uint32_t pd, uint64_t addr, uint64_t length, uint32_t access);
+  bool deregister(uint32_t key);
+  const MemoryRegion* find(uint32_t key) const;
+  size_t size() const { return live_; }
+
+  // A peer's access to [addr, addr+length) with `required` (kAccessRemote*).
+  AccessCheck check_remote(uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t length,
+                           uint32_t required) const;
+  // A local work request's buffer; need_write asks for kAccessLocalWrite.
+  AccessCheck check_local(uint32_t lkey, uint32_t pd, uint64_t addr, uint64_t length,
+                          bool need_write) const;
+  AccessCheck check_sges(std::span<const Sge> sges, uint32_t pd, bool need_write) const;
+
+ private:
+  struct Slot {
+    MemoryRegion region;
+    uint8_t generation = 0;
+    bool live = false;
+  };
+  std::vector<Slot> slots_;
+  std::vector<uint32_t> free_;
+  size_t live_ = 0;
+};
+
+// Copies between a scatter/gather list and a flat byte range, `offset` bytes
+// into the list. Returns false (copying nothing) if the range does not fit.
+bool scatter_to_sges(std::span<const Sge> sges, uint64_t offset, std::span<const uint8_t> data);
+bool gather_from_sges(std::span<const Sge> sges, uint64_t offset, std::span<uint8_t> out);
+uint64_t sge_total_length(std::span<const Sge> sges);
+
+}  // namespace metaroce::transport

@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//
+// Per-message state. An OutboundMessage is anything this side transmits as a
+// run of chunks (one chunk = one data packet's payload, `mtu` bytes except the
+// last): a request of the local send queue, or a READ/atomic response the
+// local responder owes the peer. An InboundMessage is a request being received.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "metaroce/wire.h"
+#include "types.h"
+
+namespace metaroce::transport {
+
+// A set of chunk indices.
+class ChunkSet {
+ public:
+  void reset(uint32_t chunks) {
+    bits_.assign((chunks + 63) / 64, 0);
+    count_ = 0;
+    size_ = chunks;
+  }
+  bool test(uint32_t chunk) const { return (bits_[chunk / 64] >> (chunk % 64)) & 1; }
+  // Returns false if it was already set.
+  bool set(uint32_t chunk) {
+    uint64_t& word = bits_[chunk / 64];
+    const uint64_t bit = uint64_t{1} << (chunk % 64);
+    if (word & bit) return false;
+    word |= bit;
+    ++count_;
+    return true;
+  }
+  uint32_t count() const { return count_; }
+  uint32_t size() const { return size_; }
+  bool full() const { return count_ == size_; }
+
+ private:
+  std::vector<uint64_t> bits_;
+  uint32_t count_ = 0;
+  uint32_t size_ = 0;
+};
+
+inline uint32_t chunk_count(uint32_t length, uint32_t mtu) {
+  return length == 0 ? 1 : (length + mtu - 1) / mtu;
+}
+
+// Identifies one chunk of one outbound message, as a transmit record keeps it.
+struct ChunkRef {
+  uint32_t qpn = 0;
+  uint32_t msn = 0;
+  uint32_t chunk = 0;
+  uint8_t attempt = 0;
+  bool response = false;  // a READ/atomic response owed by the local responder
+};
+
+struct OutboundMessage {
+  wire::Opcode opcode = wire::Opcode::Send;
+  uint32_t msn = 0;
+  uint32_t length = 0;
+  uint32_t recv_index = 0;
+  uint64_t remote_addr = 0;
+  uint32_t rkey = 0;
+  uint32_t imm = 0;
+  wire::ReadRequest read{};
+  wire::AtomicRequest atomic{};
+  uint64_t atomic_original = 0;
+
+  // Where the payload comes from: the work request's SGEs, or owned bytes
+  // (inline data), or one contiguous local range (a READ response).
+  uint32_t num_sge = 0;
+  std::array<Sge, kMaxSge> sg{};
+  std::vector<uint8_t> owned;
+  bool uses_owned = false;
+  uint64_t source_addr = 0;
+  bool uses_source_addr = false;
+
+  uint32_t chunks = 1;
+  uint32_t next_chunk = 0;  // first chunk never sent in this attempt
+  ChunkSet acked;           // chunks the peer's SACK confirmed in this attempt
+  uint8_t attempt = 0;
+
+  // Requester only.
+  uint64_t wr_id = 0;
+  bool signaled = true;
+  WcOpcode wc_opcode = WcOpcode::Send;
+  WcStatus status = WcStatus::Success;
+  bool done = false;            // finished (successfully or not); completes in order
+  ChunkSet response_received;   // READ: response chunks placed
+  bool rnr_wait = false;
+  Time rnr_resend_at = kNever;
+  uint32_t rnr_naks = 0;
+
+  bool all_sent() const { return next_chunk >= chunks; }
+  bool needs_response() const {
+    return opcode == wire::Opcode::ReadRequest || opcode == wire::Opcode::FetchAdd ||
+           opcode == wire::Opcode::CompareSwap;
+  }
+};
+
+struct InboundMessage {
+  wire::Opcode opcode = wire::Opcode::Send;
+  uint32_t length = 0;
+  uint32_t recv_index = 0;
+  uint64_t remote_addr = 0;
+  uint32_t rkey = 0;
+  uint32_t imm = 0;
+  uint32_t src_qpn = 0;
+  wire::ReadRequest read{};
+  wire::AtomicRequest atomic{};
+  ChunkSet received;
+  bool failed = false;  // NAKed: can never complete
+};
+
+}  // namespace metaroce::transport

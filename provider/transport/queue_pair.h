@@ -1,0 +1,148 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//
+// A reliable-connected queue pair: one ordered stream in each direction of a
+// Connection. As requester it turns work requests into outbound messages and
+// completes them in posting order; as responder it places inbound chunks
+// directly at their final address, completes messages in msn order, executes
+// READs and atomics in that order and owes their responses.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <span>
+
+#include "config.h"
+#include "message.h"
+#include "metaroce/wire.h"
+#include "types.h"
+
+namespace metaroce::transport {
+
+class Connection;
+class Endpoint;
+
+// What the responder (or the requester, for a response) decided about one
+// data packet. The connection turns it into counters, ACK state and NAKs.
+enum class Verdict : uint8_t {
+  Placed,             // new chunk accepted
+  DuplicateChunk,     // chunk already placed: ACK, discard
+  DuplicateComplete,  // message already completed: ACK, discard
+  OutOfWindow,        // msn beyond the window: drop, no ACK
+  QpNotReady,         // QP state does not accept it: drop, no ACK
+  ReceiverNotReady,   // NAK RNR
+  AccessError,        // NAK RemoteAccess
+  InvalidRequest,     // NAK InvalidRequest
+  StaleResponse,      // response to nothing outstanding: drop
+};
+
+class QueuePair {
+ public:
+  QueuePair(Endpoint& endpoint, uint32_t qpn, uint32_t pd, uint32_t send_cq, uint32_t recv_cq,
+            const QpConfig& config);
+
+  uint32_t qpn() const { return qpn_; }
+  uint32_t pd() const { return pd_; }
+  uint32_t send_cq() const { return send_cq_; }
+  uint32_t recv_cq() const { return recv_cq_; }
+  QpState state() const { return state_; }
+  const QpConfig& config() const { return config_; }
+  uint32_t remote_qpn() const { return remote_qpn_; }
+  Connection* connection() const { return connection_; }
+
+  void to_init() { state_ = QpState::Init; }
+  void to_rtr(Connection* connection, uint32_t remote_qpn, const QpConfig& config);
+  void to_rts() { state_ = QpState::ReadyToSend; }
+  // Flushes every outstanding work request and stops the stream.
+  void to_error();
+  void to_reset();
+
+  PostResult post_send(const SendWr& wr);
+  PostResult post_recv(const RecvWr& wr);
+
+  // --- transmit side ---
+  // Next chunk never sent before (responses first), if the stream may send.
+  bool next_new_chunk(ChunkRef& ref);
+  bool has_new_chunks() const;
+  // Still worth sending (message alive, same attempt, not yet acknowledged)?
+  bool chunk_needed(const ChunkRef& ref) const;
+  // Writes the data packet for ref; returns its length or 0.
+  size_t build_packet(const ChunkRef& ref, uint16_t path_id, uint32_t path_seq, uint8_t flags,
+                      std::span<uint8_t> out) const;
+  uint32_t chunk_payload_bytes(const ChunkRef& ref) const;
+  void on_chunk_acked(const ChunkRef& ref);
+  // For the retry timer: the last chunk of the oldest message that is fully
+  // acknowledged but not complete, to resend as a tail probe.
+  bool tail_probe(ChunkRef& ref) const;
+  bool has_outstanding_work() const;
+  // Earliest RNR resend time of this QP, kNever if none.
+  Time next_rnr_resend() const;
+  void on_timer(Time now);
+
+  // --- receive side ---
+  Verdict on_request(const wire::Packet& packet);
+  Verdict on_response(const wire::Packet& packet);
+  void on_stream_ack(uint32_t completed_msn);
+  // A NAK for one of our requests. Returns false if it was stale.
+  bool on_nak(Time now, const wire::Nak& nak);
+  // Retry exhaustion from the connection.
+  void fail_with(WcStatus status);
+
+  uint32_t completed_msn() const { return completed_msn_; }
+  bool take_ack_dirty() {
+    const bool dirty = ack_dirty_;
+    ack_dirty_ = false;
+    return dirty;
+  }
+  bool ack_dirty() const { return ack_dirty_; }
+  void mark_ack_dirty() { ack_dirty_ = true; }
+
+ private:
+  OutboundMessage* find_request(uint32_t msn);
+  const OutboundMessage* find_request(uint32_t msn) const;
+  const OutboundMessage* find_message(const ChunkRef& ref) const;
+  OutboundMessage* find_message(const ChunkRef& ref);
+  Verdict check_new_inbound(const wire::Packet& packet, InboundMessage& message);
+  Verdict place_request_chunk(const wire::Packet& packet, InboundMessage& message, uint32_t chunk);
+  void advance_responder();
+  void execute_read(uint32_t msn, const InboundMessage& message);
+  void execute_atomic(uint32_t msn, const InboundMessage& message);
+  void queue_atomic_response(uint32_t msn, uint64_t original);
+  void advance_requester();
+  void complete_send_wr(const OutboundMessage& message, WcStatus status);
+  void flush();
+  void nak(wire::NakKind kind, const wire::Packet& packet);
+  uint32_t mtu() const;
+
+  Endpoint& endpoint_;
+  const uint32_t qpn_;
+  const uint32_t pd_;
+  const uint32_t send_cq_;
+  const uint32_t recv_cq_;
+  QpConfig config_;
+  QpState state_ = QpState::Reset;
+  Connection* connection_ = nullptr;
+  uint32_t remote_qpn_ = 0;
+
+  // Requester.
+  std::deque<OutboundMessage> send_queue_;  // msn order, front = oldest incomplete
+  size_t send_cursor_ = 0;                  // first message with unsent chunks
+  uint32_t next_msn_ = 1;
+  uint32_t next_recv_index_ = 0;
+  uint32_t reads_atomics_in_flight_ = 0;
+  bool failed_ = false;
+
+  // Responder.
+  std::deque<RecvWr> recv_queue_;
+  uint32_t recv_consumed_ = 0;  // receive WQEs completed so far
+  uint32_t completed_msn_ = 0;
+  std::map<uint32_t, InboundMessage> inbound_;      // msn > completed_msn_
+  std::map<uint32_t, OutboundMessage> responses_;   // owed READ/atomic responses
+  std::deque<std::pair<uint32_t, uint64_t>> atomic_results_;  // (msn, original), newest last
+  bool ack_dirty_ = false;
+  // Last (msn, attempt) NAKed for RNR, to send one NAK per attempt.
+  uint32_t rnr_nak_msn_ = 0;
+  int rnr_nak_attempt_ = -1;
+};
+
+}  // namespace metaroce::transport

@@ -1,0 +1,227 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//
+// Deterministic discrete-event network simulator.
+//
+// Endpoints are `Host` objects (the sans-I/O transport engine behind an
+// adapter, or a scripted test host); the network is made of one-way links
+// (FIFO egress queue + serialization at a fixed rate + propagation delay,
+// with optional jitter, loss, duplication, ECN marking and blackhole windows)
+// and switches that forward by a per-destination route table with ECMP.
+//
+// Everything runs in virtual time (nanoseconds). A run is a pure function of
+// the seed and the scenario: events at equal times run in insertion order, all
+// random draws come from one seeded std::mt19937_64 (whose output sequence the
+// C++ standard pins down) in event order, and no decision depends on wall
+// clock, pointer values or unordered-container iteration order.
+//
+// Cost model: a packet crossing a link costs one heap event (its arrival at
+// the far end); the queueing, serialization and loss decisions are computed
+// arithmetically when it enters the link. A packet dropped by loss or a
+// blackhole costs one small event at its leave time so that the drop counters
+// change at the virtual time the drop happens.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <queue>
+#include <random>
+#include <utility>
+#include <vector>
+
+namespace metaroce::sim {
+
+using Time = uint64_t;  // nanoseconds, virtual
+inline constexpr Time kNever = UINT64_MAX;
+using NodeId = uint32_t;
+using LinkId = uint32_t;
+inline constexpr LinkId kNoLink = UINT32_MAX;
+
+struct Datagram {
+  NodeId src = 0, dst = 0;
+  uint16_t src_port = 0, dst_port = 0;
+  bool ce = false;               // ECN Congestion Experienced, set by a link
+  std::vector<uint8_t> payload;  // the UDP payload
+};
+
+// Implemented by whatever runs at an endpoint (the transport engine adapter,
+// or a test host). Callbacks may call Simulator::wake() and Simulator::at(),
+// but must not run the simulator re-entrantly.
+class Host {
+ public:
+  virtual ~Host() = default;
+  virtual void receive(Time now, Datagram&& d) = 0;
+  // Called when now >= next_wakeup().
+  virtual void on_timer(Time now) = 0;
+  // Next datagram ready at `now`; false when none. The host fills
+  // src_port/dst_port/dst/payload; the simulator sets src. `out` arrives
+  // reset (empty payload, possibly with spare capacity, ce == false).
+  virtual bool transmit(Time now, Datagram& out) = 0;
+  virtual Time next_wakeup() const = 0;  // kNever when idle
+};
+
+struct LinkParams {
+  uint64_t rate_bps = 100'000'000'000;
+  Time delay_ns = 4'000;  // one-way propagation
+  Time jitter_ns = 0;     // extra uniform [0, jitter] delay per packet
+  bool reorder = false;   // false: jitter never reorders packets on this link
+  uint64_t queue_bytes = 4 << 20;             // drop-tail limit of the egress queue
+  uint64_t ecn_threshold_bytes = UINT64_MAX;  // mark CE when backlog found at enqueue exceeds this
+  uint32_t overhead_bytes = 0;  // per-packet bytes added on the wire (headers)
+  double loss = 0;              // probability a packet is lost (after it used the link)
+  double duplicate = 0;         // probability a delivered packet is delivered twice
+  // [start, end): every packet that would leave the link then is dropped.
+  std::vector<std::pair<Time, Time>> blackholes;
+};
+
+struct LinkStats {
+  uint64_t packets_in = 0, bytes_in = 0, delivered = 0, dropped_loss = 0, dropped_queue = 0,
+           dropped_blackhole = 0, duplicated = 0, ce_marked = 0, max_backlog_bytes = 0;
+};
+
+enum class Select { Hash, PortModulo };  // ECMP choice among several next-hop links
+
+class Simulator {
+ public:
+  explicit Simulator(uint64_t seed);
+  Simulator(const Simulator&) = delete;
+  Simulator& operator=(const Simulator&) = delete;
+
+  // Registers an endpoint (not owned; it must outlive the simulator's use of
+  // it). The host is polled once at the current time, so a host that already
+  // has work or a timer gets going without an explicit wake().
+  NodeId add_host(Host& host);
+  // A switch forwards by its route table; its ECMP hash is seeded from the
+  // simulator seed and the switch's id.
+  NodeId add_switch();
+  LinkId add_link(NodeId from, NodeId to, const LinkParams& params);  // one direction
+
+  // Forwarding at node `at` for destination host `dst`; every link must start
+  // at `at`. With several links: Hash = a hash of (src, dst, src_port,
+  // dst_port) mixed with the node's seed, mod n; PortModulo = links[src_port % n].
+  // Replaces an earlier route for the same (at, dst).
+  void add_route(NodeId at, NodeId dst, std::vector<LinkId> links, Select select = Select::Hash);
+  // Used at `at` for destinations without a specific route (e.g. a host's
+  // uplink). An empty `links` removes it.
+  void set_default_route(NodeId at, std::vector<LinkId> links, Select select = Select::Hash);
+
+  struct ParallelPaths {
+    std::vector<LinkId> forward, reverse;
+  };
+  // n = per_path.size() parallel links a->b and b->a with the same params per
+  // index, and PortModulo routes both ways (a->b for dst b, b->a for dst a).
+  ParallelPaths connect_parallel(NodeId a, NodeId b, const std::vector<LinkParams>& per_path);
+
+  // Takes effect for packets entering the link afterwards (packets already in
+  // the link keep the times and fates computed when they entered).
+  void set_link(LinkId link, const LinkParams& params);
+  const LinkParams& link(LinkId link) const;
+  const LinkStats& stats(LinkId link) const;
+  NodeId link_from(LinkId link) const;
+  NodeId link_to(LinkId link) const;
+  size_t link_count() const { return links_.size(); }
+  size_t node_count() const { return nodes_.size(); }
+  bool is_host(NodeId node) const;
+
+  // The link node `at` would send `d` on (d.src must be set), or kNoLink if
+  // it has no route for d.dst. Pure; consumes no randomness.
+  LinkId next_hop(NodeId at, const Datagram& d) const;
+
+  // Scenario action at virtual time t (t >= now(), else std::invalid_argument).
+  void at(Time t, std::function<void()> action);
+  // The host has new work: poll it at now() (coalesced per host).
+  void wake(NodeId host);
+
+  Time now() const { return now_; }
+  // Processes events with time <= until (or until none are left). Afterwards
+  // now() == until unless until == kNever (then it is the last event's time).
+  Time run_until(Time until);
+  // Checks done() first and after every event; returns true as soon as it is
+  // true. Otherwise processes events with time <= limit and returns false
+  // (now() then advances to limit, as above).
+  bool run_until(const std::function<bool()>& done, Time limit);
+  // Processes the next event if there is one; false when the queue is empty.
+  bool step();
+
+  uint64_t events_processed() const { return events_processed_; }
+  size_t pending_events() const { return queue_.size(); }
+  // Datagrams that reached a node without a route for their destination.
+  uint64_t unroutable() const { return unroutable_; }
+  uint64_t seed() const { return seed_; }
+
+ private:
+  enum class EventKind : uint8_t { Arrival, Timer, Poll, Action, LossDrop, BlackholeDrop };
+  struct Event {
+    Time time;
+    uint64_t seq;
+    uint64_t arg;  // Arrival: slot | dup flag; Timer: generation; Action: action index
+    uint32_t id;   // link id or node id
+    EventKind kind;
+  };
+  struct Later {
+    bool operator()(const Event& a, const Event& b) const {
+      return a.time != b.time ? a.time > b.time : a.seq > b.seq;
+    }
+  };
+  struct Route {
+    std::vector<LinkId> links;
+    Select select = Select::Hash;
+  };
+  struct Node {
+    Host* host = nullptr;  // nullptr for a switch
+    uint64_t hash_seed = 0;
+    std::vector<Route> routes;  // indexed by destination node id
+    Route default_route;
+    // Host timer state.
+    uint64_t timer_gen = 0;
+    Time timer_at = kNever;        // time of the live timer event, kNever if none
+    Time last_on_timer = kNever;   // virtual time of the latest on_timer call
+    bool poll_pending = false;
+  };
+  struct Link {
+    NodeId from = 0, to = 0;
+    LinkParams params;
+    LinkStats stats;
+    // Time at which the egress queue is empty, in picoseconds plus a
+    // fraction busy_frac / rate_bps of a picosecond (exact arithmetic).
+    uint64_t busy_ps = 0;
+    uint64_t busy_frac = 0;
+    Time last_arrival = 0;  // latest arrival scheduled on this link
+  };
+
+  static constexpr uint64_t kDupFlag = uint64_t{1} << 32;
+
+  void push(Time t, EventKind kind, uint32_t id, uint64_t arg);
+  void dispatch(const Event& ev);
+  uint32_t alloc_slot();
+  void free_slot(uint32_t slot);
+  void route_and_send(NodeId at, uint32_t slot);
+  void enqueue(LinkId link, uint32_t slot);
+  void on_arrival(LinkId link, uint64_t arg);
+  void on_timer_event(NodeId node, uint64_t gen);
+  void poll(NodeId node);
+  void schedule_timer(NodeId node, Time wakeup);
+  double uniform();                // [0, 1)
+  uint64_t uniform_upto(uint64_t max);  // [0, max]
+  Node& host_node(NodeId node);
+  Link& link_ref(LinkId link);
+  const Link& link_ref(LinkId link) const;
+  void validate(const LinkParams& params) const;
+  const Route* find_route(NodeId at, NodeId dst) const;
+
+  uint64_t seed_;
+  std::mt19937_64 rng_;
+  Time now_ = 0;
+  uint64_t seq_ = 0;
+  uint64_t events_processed_ = 0;
+  uint64_t unroutable_ = 0;
+  std::priority_queue<Event, std::vector<Event>, Later> queue_;
+  std::vector<Node> nodes_;
+  std::vector<Link> links_;
+  std::deque<Datagram> pool_;  // datagrams in flight; deque keeps references stable
+  std::vector<uint32_t> free_slots_;
+  std::vector<std::function<void()>> actions_;
+  std::vector<uint32_t> free_actions_;
+};
+
+}  // namespace metaroce::sim

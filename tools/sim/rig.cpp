@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+#include "rig.h"
+
+#include <stdexcept>
+
+namespace metaroce::sim {
+
+TwoHostRig::TwoHostRig(const RigSpec& spec) : sim_(spec.seed) {
+  a_ = std::make_unique<EngineHost>(spec.endpoint);
+  b_ = std::make_unique<EngineHost>(spec.endpoint);
+  node_a_ = sim_.add_host(*a_);
+  node_b_ = sim_.add_host(*b_);
+  std::vector<LinkParams> per_link(spec.links);
+  for (size_t i = 0; i < per_link.size(); ++i) {
+    LinkParams& p = per_link[i];
+    p.rate_bps = spec.link_rate_bps;
+    p.delay_ns = spec.one_way_delay_ns + (i < spec.extra_delay_ns.size() ? spec.extra_delay_ns[i] : 0);
+    p.jitter_ns = spec.jitter_ns;
+    p.reorder = spec.reorder_within_link;
+    p.queue_bytes = spec.queue_bytes;
+    p.ecn_threshold_bytes = spec.ecn_threshold_bytes;
+    p.overhead_bytes = spec.overhead_bytes;
+    p.loss = spec.loss;
+    p.duplicate = spec.duplicate;
+  }
+  links_ = sim_.connect_parallel(node_a_, node_b_, per_link);
+}
+
+QpPair TwoHostRig::connect_qps(const transport::QpConfig& config, uint32_t pd) {
+  QpPair pair;
+  transport::Endpoint& ea = a_->endpoint();
+  transport::Endpoint& eb = b_->endpoint();
+  pair.cq_a = ea.create_cq(1 << 16);
+  pair.cq_b = eb.create_cq(1 << 16);
+  pair.qp_a = ea.create_qp(pd, pair.cq_a, pair.cq_a, config);
+  pair.qp_b = eb.create_qp(pd, pair.cq_b, pair.cq_b, config);
+  using transport::PostResult;
+  const bool ok = ea.modify_qp_to_init(pair.qp_a) == PostResult::Ok &&
+                  eb.modify_qp_to_init(pair.qp_b) == PostResult::Ok &&
+                  ea.modify_qp_to_rtr(pair.qp_a, node_b_, pair.qp_b, config) == PostResult::Ok &&
+                  eb.modify_qp_to_rtr(pair.qp_b, node_a_, pair.qp_a, config) == PostResult::Ok &&
+                  ea.modify_qp_to_rts(pair.qp_a) == PostResult::Ok &&
+                  eb.modify_qp_to_rts(pair.qp_b) == PostResult::Ok;
+  if (!ok) throw std::runtime_error("connect_qps: QP state transition failed");
+  return pair;
+}
+
+void TwoHostRig::blackhole(size_t index, Time start, Time end) {
+  for (LinkId link : {links_.forward.at(index), links_.reverse.at(index)}) {
+    LinkParams p = sim_.link(link);
+    p.blackholes.emplace_back(start, end);
+    sim_.set_link(link, p);
+  }
+}
+
+void TwoHostRig::set_loss(double loss) {
+  for (const auto* list : {&links_.forward, &links_.reverse}) {
+    for (LinkId link : *list) {
+      LinkParams p = sim_.link(link);
+      p.loss = loss;
+      sim_.set_link(link, p);
+    }
+  }
+}
+
+}  // namespace metaroce::sim
