@@ -170,8 +170,7 @@ void Connection::on_ack(Time now, const wire::Ack& ack) {
   }
   for (uint8_t i = 0; i < ack.stream_count; ++i) {
     QueuePair* qp = attached_qp(ack.streams[i].qpn);
-    if (!qp) continue;
-    qp->on_stream_ack(ack.streams[i].completed_msn);
+    if (qp && qp->on_stream_ack(ack.streams[i].completed_msn)) note_progress(now);
   }
 }
 
@@ -199,7 +198,10 @@ void Connection::on_path_sack(Time now, SendPath& path, const wire::PathSack& bl
         if (seq == highest && now > record.sent + ack_delay) rtt_sample = now - record.sent - ack_delay;
       }
       record.state = TxRecord::State::Acked;
-      if (QueuePair* qp = attached_qp(record.ref.qpn)) qp->on_chunk_acked(record.ref);
+      // Progress means a chunk acknowledged for the first time, not a probe
+      // of one already acknowledged.
+      QueuePair* qp = attached_qp(record.ref.qpn);
+      if (qp && qp->on_chunk_acked(record.ref)) note_progress(now);
     } else if (record.state == TxRecord::State::InFlight) {
       // Paths are FIFO: a later packet arrived, so this one was lost.
       declare_lost(path, record);
@@ -215,7 +217,6 @@ void Connection::on_path_sack(Time now, SendPath& path, const wire::PathSack& bl
     path.cc.on_ack(now, acked_bytes, acked_packets, marks, rtt_sample, path.rtt.min_rtt(), path.rtt.srtt());
     path.consecutive_rtos = 0;
     if (path.health == PathHealth::Suspect) path.health = PathHealth::Active;
-    note_progress(now);
   }
   // Anything this far below the highest ACKed can no longer be reported.
   for (uint64_t i = 0; i < path.records.size(); ++i) {
@@ -345,7 +346,7 @@ void Connection::retry_timeout(Time now) {
       continue;
     }
     ChunkRef ref;
-    if (qp->tail_probe(ref)) retransmits_.push_back({ref, 0, true});
+    if (qp->recover_stalled(ref)) retransmits_.push_back({ref, 0, true});
   }
 }
 
@@ -393,11 +394,20 @@ size_t Connection::send_ack(Time now, std::span<uint8_t> out, uint16_t& path_id)
     if (rocev2()) in_order_.fill(id, block);
     else scoreboards_[id].fill(id, block);
   }
+  // Streams with news first; then the others' cumulative points again, so
+  // that one lost ACK does not leave a requester waiting for its timer.
   for (QueuePair* qp : qps_) {
     if (ack.stream_count == wire::kMaxAckStreams) break;
-    if (!qp->take_ack_dirty()) continue;
-    ack.streams[ack.stream_count++] = {qp->remote_qpn(), qp->completed_msn()};
+    if (qp->take_ack_dirty()) ack.streams[ack.stream_count++] = {qp->remote_qpn(), qp->completed_msn()};
   }
+  for (size_t i = 0; i < qps_.size() && ack.stream_count < wire::kMaxAckStreams; ++i) {
+    QueuePair* qp = qps_[(ack_stream_cursor_ + i) % qps_.size()];
+    if (qp->completed_msn() == 0) continue;
+    bool listed = false;
+    for (uint8_t j = 0; j < ack.stream_count; ++j) listed |= ack.streams[j].qpn == qp->remote_qpn();
+    if (!listed) ack.streams[ack.stream_count++] = {qp->remote_qpn(), qp->completed_msn()};
+  }
+  if (!qps_.empty()) ack_stream_cursor_ = (ack_stream_cursor_ + 1) % qps_.size();
   const size_t length = wire::encode_ack(out, last_rx_path_, ack);
   if (length == 0) return 0;
   dirty_paths_ = remaining;

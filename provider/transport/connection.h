@@ -142,6 +142,7 @@ class Connection {
   uint32_t unacked_packets_ = 0;
   Time oldest_unacked_ = kNever;
   bool ack_now_ = false;
+  size_t ack_stream_cursor_ = 0;
   uint16_t last_rx_path_ = 0;
   Time last_data_rx_ = 0;
   bool any_data_rx_ = false;

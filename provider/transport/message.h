@@ -92,6 +92,7 @@ struct OutboundMessage {
   bool rnr_wait = false;
   Time rnr_resend_at = kNever;
   uint32_t rnr_naks = 0;
+  uint32_t stall_probes = 0;    // tail probes sent since the last progress
 
   bool all_sent() const { return next_chunk >= chunks; }
   bool needs_response() const {

@@ -271,19 +271,33 @@ size_t QueuePair::build_packet(const ChunkRef& ref, uint16_t path_id, uint32_t p
   return header + payload;
 }
 
-void QueuePair::on_chunk_acked(const ChunkRef& ref) {
+bool QueuePair::on_chunk_acked(const ChunkRef& ref) {
   OutboundMessage* m = find_message(ref);
-  if (!m || m->attempt != ref.attempt || ref.chunk >= m->chunks) return;
-  m->acked.set(ref.chunk);
+  if (!m || m->attempt != ref.attempt || ref.chunk >= m->chunks) return false;
+  if (!m->acked.set(ref.chunk)) return false;
+  m->stall_probes = 0;
   if (ref.response && m->acked.full()) responses_.erase(ref.msn);
+  return true;
 }
 
-bool QueuePair::tail_probe(ChunkRef& ref) const {
-  for (const OutboundMessage& m : send_queue_) {
+void QueuePair::restart(OutboundMessage& m, size_t index) {
+  ++m.attempt;
+  m.next_chunk = 0;
+  m.acked.reset(m.chunks);
+  send_cursor_ = std::min(send_cursor_, index);
+}
+
+bool QueuePair::recover_stalled(ChunkRef& ref) {
+  for (size_t i = 0; i < send_queue_.size(); ++i) {
+    OutboundMessage& m = send_queue_[i];
     if (m.done) continue;
     if (m.rnr_wait || !m.all_sent() || !m.acked.full()) return false;
-    ref = {qpn_, m.msn, m.chunks - 1, m.attempt, false};
-    return true;
+    if (m.stall_probes++ == 0) {
+      ref = {qpn_, m.msn, m.chunks - 1, m.attempt, false};
+      return true;
+    }
+    restart(m, i);
+    return false;
   }
   return false;
 }
@@ -309,10 +323,7 @@ void QueuePair::on_timer(Time now) {
     if (!m.rnr_wait || m.rnr_resend_at > now) continue;
     m.rnr_wait = false;
     m.rnr_resend_at = kNever;
-    ++m.attempt;
-    m.next_chunk = 0;
-    m.acked.reset(m.chunks);
-    send_cursor_ = std::min(send_cursor_, i);
+    restart(m, i);
   }
 }
 
@@ -347,12 +358,17 @@ void QueuePair::advance_requester() {
   }
 }
 
-void QueuePair::on_stream_ack(uint32_t completed_msn) {
+bool QueuePair::on_stream_ack(uint32_t completed_msn) {
+  bool progressed = false;
   for (OutboundMessage& m : send_queue_) {
     if (static_cast<int32_t>(m.msn - completed_msn) > 0) break;
-    if (!m.done && !m.needs_response()) m.done = true;
+    if (!m.done && !m.needs_response()) {
+      m.done = true;
+      progressed = true;
+    }
   }
   advance_requester();
+  return progressed;
 }
 
 bool QueuePair::on_nak(Time now, const wire::Nak& nak) {

@@ -70,10 +70,14 @@ class QueuePair {
   size_t build_packet(const ChunkRef& ref, uint16_t path_id, uint32_t path_seq, uint8_t flags,
                       std::span<uint8_t> out) const;
   uint32_t chunk_payload_bytes(const ChunkRef& ref) const;
-  void on_chunk_acked(const ChunkRef& ref);
-  // For the retry timer: the last chunk of the oldest message that is fully
-  // acknowledged but not complete, to resend as a tail probe.
-  bool tail_probe(ChunkRef& ref) const;
+  // Returns true when the chunk was not yet acknowledged in this attempt.
+  bool on_chunk_acked(const ChunkRef& ref);
+  // The retry timer fired with no progress. If the oldest incomplete message
+  // has every chunk acknowledged yet has not completed, its completion (or an
+  // RNR NAK) was lost: the first time, `ref` is set to its last chunk to
+  // resend as a probe (returns true); after that the whole message is sent
+  // again as a new attempt, since a chunk may have been refused for RNR.
+  bool recover_stalled(ChunkRef& ref);
   bool has_outstanding_work() const;
   // Earliest RNR resend time of this QP, kNever if none.
   Time next_rnr_resend() const;
@@ -82,7 +86,8 @@ class QueuePair {
   // --- receive side ---
   Verdict on_request(const wire::Packet& packet);
   Verdict on_response(const wire::Packet& packet);
-  void on_stream_ack(uint32_t completed_msn);
+  // Returns true if a message completed because of it.
+  bool on_stream_ack(uint32_t completed_msn);
   // A NAK for one of our requests. Returns false if it was stale.
   bool on_nak(Time now, const wire::Nak& nak);
   // Retry exhaustion from the connection.
@@ -109,6 +114,8 @@ class QueuePair {
   void execute_atomic(uint32_t msn, const InboundMessage& message);
   void queue_atomic_response(uint32_t msn, uint64_t original);
   void advance_requester();
+  // Sends every chunk of m again as a new attempt.
+  void restart(OutboundMessage& m, size_t index);
   void complete_send_wr(const OutboundMessage& message, WcStatus status);
   void flush();
   void nak(wire::NakKind kind, const wire::Packet& packet);

@@ -65,15 +65,22 @@ struct LinkParams {
   Time delay_ns = 4'000;  // one-way propagation
   Time jitter_ns = 0;     // extra uniform [0, jitter] delay per packet
   bool reorder = false;   // false: jitter never reorders packets on this link
-  uint64_t queue_bytes = 4 << 20;             // drop-tail limit of the egress queue
+  // Queue sizes are in wire bytes (payload + overhead_bytes): the backlog is
+  // derived from the time the queue needs to drain, which includes overhead.
+  uint64_t queue_bytes = 4 << 20;             // drop-tail: drop if backlog + wire size > this
   uint64_t ecn_threshold_bytes = UINT64_MAX;  // mark CE when backlog found at enqueue exceeds this
-  uint32_t overhead_bytes = 0;  // per-packet bytes added on the wire (headers)
+  uint32_t overhead_bytes = 0;  // per-packet bytes added on the wire (headers); not in bytes_in
   double loss = 0;              // probability a packet is lost (after it used the link)
   double duplicate = 0;         // probability a delivered packet is delivered twice
   // [start, end): every packet that would leave the link then is dropped.
   std::vector<std::pair<Time, Time>> blackholes;
 };
 
+// bytes_in counts payload bytes of every packet offered (dropped or not).
+// dropped_loss / dropped_blackhole change at the packet's leave time;
+// duplicated and delivered when the copy reaches the next node.
+// max_backlog_bytes: peak queue occupancy (backlog found + the admitted
+// packet's wire bytes).
 struct LinkStats {
   uint64_t packets_in = 0, bytes_in = 0, delivered = 0, dropped_loss = 0, dropped_queue = 0,
            dropped_blackhole = 0, duplicated = 0, ce_marked = 0, max_backlog_bytes = 0;

@@ -91,14 +91,13 @@ WriteTransferResult run_write_transfer(const WriteTransferSpec& spec) {
     post_more(now);
   });
 
-  if (spec.sample_interval_ns > 0) {
-    std::function<void()> sample = [&]() {
-      result.timeline.emplace_back(rig.sim().now(), b.counters().placed_bytes);
-      if (completed < messages && result.error_completions == 0)
-        rig.sim().at(rig.sim().now() + spec.sample_interval_ns, sample);
-    };
-    rig.sim().at(0, sample);
-  }
+  // Declared at function scope: the scheduled copies refer to it.
+  std::function<void()> sample = [&]() {
+    result.timeline.emplace_back(rig.sim().now(), b.counters().placed_bytes);
+    if (completed < messages && result.error_completions == 0)
+      rig.sim().at(rig.sim().now() + spec.sample_interval_ns, sample);
+  };
+  if (spec.sample_interval_ns > 0) rig.sim().at(0, sample);
 
   first_post = rig.sim().now();
   post_more(first_post);

@@ -1,0 +1,179 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//
+// Datagrams that are stray, stale, malformed or hostile change nothing but a
+// drop counter; a late duplicate of a completed message never reaches memory
+// the application may already have reused.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "metaroce/wire.h"
+#include "rig.h"
+
+namespace metaroce::sim {
+namespace {
+
+using transport::Completion;
+using transport::Endpoint;
+using transport::PostResult;
+using transport::RecvWr;
+using transport::SendWr;
+using transport::WcStatus;
+using transport::WrOpcode;
+
+constexpr uint32_t kPd = 1;
+constexpr uint32_t kAccess = transport::kAccessLocalWrite | transport::kAccessRemoteWrite |
+                             transport::kAccessRemoteRead | transport::kAccessRemoteAtomic;
+
+uint64_t addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
+class HostileInput : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    RigSpec spec;
+    rig_ = std::make_unique<TwoHostRig>(spec);
+    qp_ = rig_->connect_qps({}, kPd);
+    source_.assign(64 * 1024, 0x11);
+    sink_.assign(64 * 1024, 0x22);
+    lkey_ = *a().memory().register_region(kPd, addr(source_.data()), source_.size(), kAccess);
+    rkey_ = *b().memory().register_region(kPd, addr(sink_.data()), sink_.size(), kAccess);
+  }
+
+  Endpoint& a() { return rig_->a().endpoint(); }
+  Endpoint& b() { return rig_->b().endpoint(); }
+
+  std::vector<uint8_t> data_packet(const wire::DataHeader& h, std::vector<uint8_t> payload) {
+    std::vector<uint8_t> out(wire::kDataHeaderBytes + 64 + payload.size());
+    const size_t header = wire::encode_data(out, 0, h, nullptr, nullptr, nullptr, payload.size());
+    EXPECT_GT(header, 0u);
+    std::memcpy(out.data() + header, payload.data(), payload.size());
+    out.resize(header + payload.size());
+    return out;
+  }
+
+  wire::DataHeader write_header(uint32_t msn, uint32_t length) const {
+    wire::DataHeader h;
+    h.path_seq = 1000 + msn;
+    h.opcode = wire::Opcode::Write;
+    h.dst_qpn = qp_.qp_b;
+    h.src_qpn = qp_.qp_a;
+    h.msn = msn;
+    h.msg_length = length;
+    h.remote_addr = addr(sink_.data());
+    h.rkey = rkey_;
+    return h;
+  }
+
+  void inject(transport::PeerId from, const std::vector<uint8_t>& datagram) {
+    b().on_datagram(rig_->sim().now(), from, datagram, false);
+  }
+
+  // Everything the engine would send in reply right now.
+  size_t replies() {
+    std::vector<uint8_t> buf(b().max_datagram_bytes());
+    size_t count = 0;
+    while (b().poll_transmit(rig_->sim().now(), buf)) ++count;
+    return count;
+  }
+
+  std::unique_ptr<TwoHostRig> rig_;
+  QpPair qp_;
+  std::vector<uint8_t> source_, sink_;
+  uint32_t lkey_ = 0, rkey_ = 0;
+};
+
+TEST_F(HostileInput, LateDuplicateOfCompletedSendNeverTouchesTheReusedBuffer) {
+  RecvWr recv;
+  recv.wr_id = 1;
+  recv.num_sge = 1;
+  recv.sg[0] = {addr(sink_.data()), 100, rkey_};
+  ASSERT_EQ(b().post_recv(qp_.qp_b, recv), PostResult::Ok);
+  SendWr send;
+  send.opcode = WrOpcode::Send;
+  send.num_sge = 1;
+  send.sg[0] = {addr(source_.data()), 100, lkey_};
+  ASSERT_EQ(a().post_send(qp_.qp_a, send), PostResult::Ok);
+  rig_->sim().wake(rig_->node_a());
+  ASSERT_TRUE(rig_->sim().run_until([&] { return b().cq_depth(qp_.cq_b) == 1; }, 1'000'000));
+  Completion wc[1];
+  ASSERT_EQ(b().poll_cq(qp_.cq_b, wc), 1u);
+  ASSERT_EQ(wc[0].status, WcStatus::Success);
+
+  // The application reuses its buffer; then a copy of message 1 arrives late.
+  std::memset(sink_.data(), 0x77, 100);
+  wire::DataHeader h = write_header(1, 100);
+  h.opcode = wire::Opcode::Send;
+  h.remote_addr = 0;
+  h.rkey = 0;
+  const uint64_t duplicates = b().counters().rx_duplicate_completed;
+  inject(rig_->node_a(), data_packet(h, std::vector<uint8_t>(100, 0x99)));
+  EXPECT_EQ(b().counters().rx_duplicate_completed, duplicates + 1);
+  for (size_t i = 0; i < 100; ++i) ASSERT_EQ(sink_[i], 0x77) << "byte " << i;
+  EXPECT_EQ(b().cq_depth(qp_.cq_b), 0u);
+}
+
+TEST_F(HostileInput, StrayDatagramsOnlyCountDrops) {
+  const std::vector<uint8_t> before = sink_;
+  const auto counters_before = b().counters();
+  const wire::DataHeader good = write_header(1, 16);
+
+  // Malformed: garbage and a truncated data header.
+  inject(rig_->node_a(), {1, 2, 3});
+  std::vector<uint8_t> truncated = data_packet(good, std::vector<uint8_t>(16, 1));
+  truncated.resize(20);
+  inject(rig_->node_a(), truncated);
+  // A well-formed WRITE from an address with no connection.
+  inject(777, data_packet(good, std::vector<uint8_t>(16, 1)));
+  // From the right peer but to a QP that does not exist, or claiming another source QP.
+  wire::DataHeader wrong_qp = good;
+  wrong_qp.dst_qpn = 0xdead;
+  inject(rig_->node_a(), data_packet(wrong_qp, std::vector<uint8_t>(16, 1)));
+  wire::DataHeader wrong_src = good;
+  wrong_src.src_qpn = qp_.qp_a + 1;
+  inject(rig_->node_a(), data_packet(wrong_src, std::vector<uint8_t>(16, 1)));
+  // A message number far beyond the receive window.
+  wire::DataHeader far = good;
+  far.msn = 1'000'000;
+  inject(rig_->node_a(), data_packet(far, std::vector<uint8_t>(16, 1)));
+  // An ACK, a NAK and a probe reply from an unknown peer.
+  std::vector<uint8_t> ack(wire::kMaxAckBytes);
+  wire::Ack a_ack;
+  ack.resize(wire::encode_ack(ack, 0, a_ack));
+  inject(999, ack);
+
+  const auto& after = b().counters();
+  EXPECT_EQ(after.rx_drop_malformed, counters_before.rx_drop_malformed + 2);
+  EXPECT_EQ(after.rx_drop_unknown_peer, counters_before.rx_drop_unknown_peer + 2);
+  EXPECT_EQ(after.rx_drop_unknown_qp, counters_before.rx_drop_unknown_qp + 2);
+  EXPECT_EQ(after.rx_drop_out_of_window, counters_before.rx_drop_out_of_window + 1);
+  EXPECT_EQ(after.placed_bytes, 0u);
+  EXPECT_EQ(sink_, before);
+  EXPECT_EQ(b().cq_depth(qp_.cq_b), 0u);
+  // None of them is acknowledged: they changed no receive state.
+  EXPECT_EQ(replies(), 0u);
+}
+
+TEST_F(HostileInput, InconsistentPlacementIsRefusedAndNaked) {
+  // Two packets of one message disagreeing on its length: the second is refused.
+  wire::DataHeader first = write_header(1, 8192);
+  first.path_seq = 0;
+  inject(rig_->node_a(), data_packet(first, std::vector<uint8_t>(4096, 0x33)));
+  wire::DataHeader liar = write_header(1, 60'000);
+  liar.path_seq = 1;
+  liar.offset = 4096;
+  inject(rig_->node_a(), data_packet(liar, std::vector<uint8_t>(4096, 0x44)));
+  EXPECT_EQ(b().counters().rx_drop_bad_request, 1u);
+  EXPECT_GT(b().counters().tx_naks + replies(), 0u);
+  for (size_t i = 4096; i < 8192; ++i) ASSERT_EQ(sink_[i], 0x22);
+  // A chunk whose payload is not the MTU-sized piece its offset implies.
+  wire::DataHeader odd = write_header(2, 8192);
+  odd.path_seq = 2;
+  odd.offset = 100;
+  inject(rig_->node_a(), data_packet(odd, std::vector<uint8_t>(50, 0x55)));
+  EXPECT_EQ(b().counters().rx_drop_bad_request, 2u);
+  for (size_t i = 0; i < 200; ++i) ASSERT_NE(sink_[i], 0x55);
+}
+
+}  // namespace
+}  // namespace metaroce::sim

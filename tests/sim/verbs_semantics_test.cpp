@@ -1,0 +1,419 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//
+// Verbs RC semantics of the engine, on the simulated network: SEND/RECV with
+// immediates, READ, atomics, completion order, RNR, retry exhaustion, access
+// errors, and what hostile or stray datagrams may (not) do.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <set>
+
+#include "rig.h"
+
+namespace metaroce::sim {
+namespace {
+
+using transport::Completion;
+using transport::Endpoint;
+using transport::PostResult;
+using transport::QpConfig;
+using transport::QpState;
+using transport::RecvWr;
+using transport::SendWr;
+using transport::WcOpcode;
+using transport::WcStatus;
+using transport::WrOpcode;
+
+constexpr uint32_t kPd = 1;
+constexpr uint32_t kAllAccess = transport::kAccessLocalWrite | transport::kAccessRemoteWrite |
+                                transport::kAccessRemoteRead | transport::kAccessRemoteAtomic;
+
+uint64_t addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
+class VerbsSemantics : public ::testing::Test {
+ protected:
+  void make(double loss, double duplicate = 0, const QpConfig& config = {}, size_t bytes = 4 << 20) {
+    RigSpec spec;
+    spec.loss = loss;
+    spec.duplicate = duplicate;
+    spec.seed = 11;
+    rig_ = std::make_unique<TwoHostRig>(spec);
+    qp_ = rig_->connect_qps(config, kPd);
+    abuf_.assign(bytes, 0);
+    bbuf_.assign(bytes, 0);
+    std::mt19937_64 rng(5);
+    for (auto& byte : abuf_) byte = static_cast<uint8_t>(rng());
+    for (auto& byte : bbuf_) byte = static_cast<uint8_t>(rng());
+    akey_ = *a().memory().register_region(kPd, addr(abuf_.data()), abuf_.size(), kAllAccess);
+    bkey_ = *b().memory().register_region(kPd, addr(bbuf_.data()), bbuf_.size(), kAllAccess);
+  }
+
+  Endpoint& a() { return rig_->a().endpoint(); }
+  Endpoint& b() { return rig_->b().endpoint(); }
+
+  // Runs the simulation until `cq` of `endpoint` holds n completions (or the
+  // virtual time limit passes) and returns what it holds.
+  std::vector<Completion> wait(Endpoint& endpoint, uint32_t cq, size_t n, Time limit = 50'000'000) {
+    rig_->sim().wake(rig_->node_a());
+    rig_->sim().wake(rig_->node_b());
+    rig_->sim().run_until([&] { return endpoint.cq_depth(cq) >= n; }, rig_->sim().now() + limit);
+    std::vector<Completion> out(endpoint.cq_depth(cq));
+    out.resize(endpoint.poll_cq(cq, out));
+    return out;
+  }
+
+  SendWr write(uint64_t id, size_t offset, uint32_t length, size_t remote_offset) {
+    SendWr wr;
+    wr.wr_id = id;
+    wr.opcode = WrOpcode::RdmaWrite;
+    wr.num_sge = 1;
+    wr.sg[0] = {addr(abuf_.data() + offset), length, akey_};
+    wr.remote_addr = addr(bbuf_.data() + remote_offset);
+    wr.rkey = bkey_;
+    return wr;
+  }
+
+  std::unique_ptr<TwoHostRig> rig_;
+  QpPair qp_;
+  std::vector<uint8_t> abuf_, bbuf_;
+  uint32_t akey_ = 0, bkey_ = 0;
+};
+
+TEST_F(VerbsSemantics, SendWithImmediateScattersIntoReceivesInOrderUnderLoss) {
+  make(0.05, 0.02);
+  const std::vector<uint32_t> sizes = {0, 1, 4095, 4096, 4097, 100'000, 7, 65'536, 12'345, 200'000};
+  // Each receive: two SGEs, 300 kB apart, 150 kB each.
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    RecvWr wr;
+    wr.wr_id = 1000 + i;
+    wr.num_sge = 2;
+    uint8_t* base = bbuf_.data() + i * 400'000;
+    wr.sg[0] = {addr(base), 150'000, bkey_};
+    wr.sg[1] = {addr(base + 200'000), 150'000, bkey_};
+    ASSERT_EQ(b().post_recv(qp_.qp_b, wr), PostResult::Ok);
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    SendWr wr;
+    wr.wr_id = i;
+    wr.opcode = i % 2 ? WrOpcode::SendWithImm : WrOpcode::Send;
+    wr.imm = 0xabc000 + static_cast<uint32_t>(i);
+    wr.num_sge = 1;
+    wr.sg[0] = {addr(abuf_.data() + i * 1000), sizes[i], akey_};
+    ASSERT_EQ(a().post_send(qp_.qp_a, wr), PostResult::Ok);
+  }
+  const auto sent = wait(a(), qp_.cq_a, sizes.size());
+  const auto received = wait(b(), qp_.cq_b, sizes.size());
+  ASSERT_EQ(sent.size(), sizes.size());
+  ASSERT_EQ(received.size(), sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    EXPECT_EQ(sent[i].wr_id, i);
+    EXPECT_EQ(sent[i].status, WcStatus::Success);
+    EXPECT_EQ(sent[i].opcode, WcOpcode::Send);
+    const Completion& r = received[i];
+    EXPECT_EQ(r.wr_id, 1000 + i);
+    EXPECT_EQ(r.status, WcStatus::Success);
+    EXPECT_EQ(r.opcode, WcOpcode::Recv);
+    EXPECT_EQ(r.byte_len, sizes[i]);
+    EXPECT_EQ(r.qp_num, qp_.qp_b);
+    EXPECT_EQ(r.src_qp, qp_.qp_a);
+    EXPECT_EQ(r.has_imm, i % 2 == 1);
+    if (r.has_imm) {
+      EXPECT_EQ(r.imm, 0xabc000 + i);
+    }
+    // The payload, scattered over the two SGEs.
+    const uint8_t* src = abuf_.data() + i * 1000;
+    const uint8_t* dst = bbuf_.data() + i * 400'000;
+    const uint32_t first = std::min<uint32_t>(sizes[i], 150'000);
+    EXPECT_EQ(std::memcmp(dst, src, first), 0) << "message " << i;
+    if (sizes[i] > first) {
+      EXPECT_EQ(std::memcmp(dst + 200'000, src + first, sizes[i] - first), 0);
+    }
+  }
+}
+
+TEST_F(VerbsSemantics, ReadReturnsRemoteBytesUnderLoss) {
+  make(0.05);
+  SendWr wr;
+  wr.wr_id = 7;
+  wr.opcode = WrOpcode::RdmaRead;
+  wr.num_sge = 2;
+  wr.sg[0] = {addr(abuf_.data()), 300'000, akey_};
+  wr.sg[1] = {addr(abuf_.data() + 1'000'000), 700'000, akey_};
+  wr.remote_addr = addr(bbuf_.data() + 123);
+  wr.rkey = bkey_;
+  ASSERT_EQ(a().post_send(qp_.qp_a, wr), PostResult::Ok);
+  const auto done = wait(a(), qp_.cq_a, 1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, WcStatus::Success);
+  EXPECT_EQ(done[0].opcode, WcOpcode::RdmaRead);
+  EXPECT_EQ(done[0].byte_len, 1'000'000u);
+  EXPECT_EQ(std::memcmp(abuf_.data(), bbuf_.data() + 123, 300'000), 0);
+  EXPECT_EQ(std::memcmp(abuf_.data() + 1'000'000, bbuf_.data() + 123 + 300'000, 700'000), 0);
+  EXPECT_EQ(b().cq_depth(qp_.cq_b), 0u);  // one-sided: nothing at the target
+}
+
+TEST_F(VerbsSemantics, CompletionsFollowPostingOrderThoughDataLandsOutOfOrder) {
+  make(0.05);
+  RecvWr recv;
+  recv.wr_id = 99;
+  recv.num_sge = 1;
+  recv.sg[0] = {addr(bbuf_.data() + 3'000'000), 10'000, bkey_};
+  ASSERT_EQ(b().post_recv(qp_.qp_b, recv), PostResult::Ok);
+  std::vector<SendWr> wrs;
+  wrs.push_back(write(0, 0, 2'000'000, 0));  // large: finishes last on the wire
+  SendWr read;
+  read.wr_id = 1;
+  read.opcode = WrOpcode::RdmaRead;
+  read.num_sge = 1;
+  read.sg[0] = {addr(abuf_.data() + 2'500'000), 64, akey_};
+  read.remote_addr = addr(bbuf_.data() + 16);  // inside what WR 0 writes
+  read.rkey = bkey_;
+  wrs.push_back(read);
+  SendWr send;
+  send.wr_id = 2;
+  send.opcode = WrOpcode::Send;
+  send.num_sge = 1;
+  send.sg[0] = {addr(abuf_.data() + 2'600'000), 100, akey_};
+  wrs.push_back(send);
+  SendWr faa;
+  faa.wr_id = 3;
+  faa.opcode = WrOpcode::FetchAdd;
+  faa.num_sge = 1;
+  faa.sg[0] = {addr(abuf_.data() + 2'700'000), 8, akey_};
+  faa.remote_addr = addr(bbuf_.data() + 3'500'000);
+  faa.rkey = bkey_;
+  faa.compare_add = 5;
+  wrs.push_back(faa);
+  for (const SendWr& wr : wrs) ASSERT_EQ(a().post_send(qp_.qp_a, wr), PostResult::Ok);
+  const auto done = wait(a(), qp_.cq_a, wrs.size());
+  ASSERT_EQ(done.size(), wrs.size());
+  for (size_t i = 0; i < done.size(); ++i) {
+    EXPECT_EQ(done[i].wr_id, i);
+    EXPECT_EQ(done[i].status, WcStatus::Success);
+  }
+  // RC order at the responder: the READ saw the WRITE posted before it.
+  EXPECT_EQ(std::memcmp(abuf_.data() + 2'500'000, abuf_.data() + 16, 64), 0);
+}
+
+TEST_F(VerbsSemantics, AtomicsExecuteExactlyOnceUnderLossAndDuplication) {
+  make(0.10, 0.05);
+  uint64_t* counter = reinterpret_cast<uint64_t*>(bbuf_.data() + 4096);
+  *counter = 0;
+  constexpr uint64_t kOps = 200;
+  uint64_t* results = reinterpret_cast<uint64_t*>(abuf_.data());
+  for (uint64_t i = 0; i < kOps; ++i) {
+    SendWr wr;
+    wr.wr_id = i;
+    wr.opcode = WrOpcode::FetchAdd;
+    wr.num_sge = 1;
+    wr.sg[0] = {addr(&results[i]), 8, akey_};
+    wr.remote_addr = addr(counter);
+    wr.rkey = bkey_;
+    wr.compare_add = 1;
+    ASSERT_EQ(a().post_send(qp_.qp_a, wr), PostResult::Ok);
+  }
+  const auto done = wait(a(), qp_.cq_a, kOps);
+  ASSERT_EQ(done.size(), kOps);
+  std::set<uint64_t> originals;
+  for (uint64_t i = 0; i < kOps; ++i) {
+    EXPECT_EQ(done[i].status, WcStatus::Success);
+    EXPECT_EQ(done[i].opcode, WcOpcode::FetchAdd);
+    EXPECT_EQ(done[i].byte_len, 8u);
+    originals.insert(results[i]);
+  }
+  EXPECT_EQ(*counter, kOps);
+  EXPECT_EQ(originals.size(), kOps);  // each original seen once: 0..kOps-1
+  EXPECT_EQ(*originals.rbegin(), kOps - 1);
+  EXPECT_EQ(b().counters().atomics_executed, kOps);
+  EXPECT_GT(a().counters().tx_retransmits, 0u);  // requests really were resent
+
+  SendWr cas;
+  cas.opcode = WrOpcode::CompareSwap;
+  cas.num_sge = 1;
+  cas.sg[0] = {addr(&results[0]), 8, akey_};
+  cas.remote_addr = addr(counter);
+  cas.rkey = bkey_;
+  cas.compare_add = kOps;
+  cas.swap = 1000;
+  cas.wr_id = 500;
+  ASSERT_EQ(a().post_send(qp_.qp_a, cas), PostResult::Ok);
+  cas.wr_id = 501;
+  cas.swap = 5;  // compares against kOps again: must fail now
+  cas.sg[0] = {addr(&results[1]), 8, akey_};
+  ASSERT_EQ(a().post_send(qp_.qp_a, cas), PostResult::Ok);
+  const auto cas_done = wait(a(), qp_.cq_a, 2);
+  ASSERT_EQ(cas_done.size(), 2u);
+  EXPECT_EQ(results[0], kOps);
+  EXPECT_EQ(results[1], 1000u);
+  EXPECT_EQ(*counter, 1000u);
+}
+
+TEST_F(VerbsSemantics, ReceiverNotReadyIsRetriedUntilAReceiveIsPosted) {
+  make(0.01);
+  for (uint64_t i = 0; i < 3; ++i) {
+    SendWr wr;
+    wr.wr_id = i;
+    wr.opcode = WrOpcode::Send;
+    wr.num_sge = 1;
+    wr.sg[0] = {addr(abuf_.data() + i * 10'000), 10'000, akey_};
+    ASSERT_EQ(a().post_send(qp_.qp_a, wr), PostResult::Ok);
+  }
+  rig_->sim().at(200'000, [&] {
+    for (uint64_t i = 0; i < 3; ++i) {
+      RecvWr wr;
+      wr.wr_id = 10 + i;
+      wr.num_sge = 1;
+      wr.sg[0] = {addr(bbuf_.data() + i * 10'000), 10'000, bkey_};
+      ASSERT_EQ(b().post_recv(qp_.qp_b, wr), PostResult::Ok);
+    }
+  });
+  const auto sent = wait(a(), qp_.cq_a, 3);
+  ASSERT_EQ(sent.size(), 3u);
+  for (const Completion& c : sent) EXPECT_EQ(c.status, WcStatus::Success);
+  EXPECT_GE(rig_->sim().now(), 200'000u);
+  EXPECT_GT(b().counters().rx_drop_rnr, 0u);
+  EXPECT_GT(b().counters().tx_naks, 0u);
+  EXPECT_EQ(std::memcmp(abuf_.data(), bbuf_.data(), 30'000), 0);
+  const auto received = wait(b(), qp_.cq_b, 3);
+  ASSERT_EQ(received.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(received[i].wr_id, 10 + i);
+}
+
+TEST_F(VerbsSemantics, RnrRetryExhaustionFailsTheQpAndFlushes) {
+  QpConfig config;
+  config.rnr_retry = 2;
+  config.min_rnr_timer_ns = 20'000;
+  make(0, 0, config);
+  for (uint64_t i = 0; i < 2; ++i) {
+    SendWr wr;
+    wr.wr_id = i;
+    wr.opcode = WrOpcode::Send;
+    wr.num_sge = 1;
+    wr.sg[0] = {addr(abuf_.data()), 100, akey_};
+    ASSERT_EQ(a().post_send(qp_.qp_a, wr), PostResult::Ok);
+  }
+  const auto done = wait(a(), qp_.cq_a, 2);
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].wr_id, 0u);
+  EXPECT_EQ(done[0].status, WcStatus::RnrRetryExceeded);
+  EXPECT_EQ(done[1].status, WcStatus::WorkRequestFlushed);
+  EXPECT_EQ(a().qp_state(qp_.qp_a), QpState::Error);
+  // Three RNR NAKs (the first try and two retries), each followed by the wait.
+  EXPECT_GE(rig_->sim().now(), 2 * config.min_rnr_timer_ns);
+  EXPECT_EQ(b().counters().rx_drop_rnr >= 3, true);
+}
+
+TEST_F(VerbsSemantics, RetryExhaustionWhenThePeerIsUnreachable) {
+  QpConfig config;
+  config.retry_cnt = 3;
+  make(0, 0, config);
+  for (size_t i = 0; i < rig_->links().forward.size(); ++i) rig_->blackhole(i, 0, kNever);
+  ASSERT_EQ(a().post_send(qp_.qp_a, write(1, 0, 100'000, 0)), PostResult::Ok);
+  ASSERT_EQ(a().post_send(qp_.qp_a, write(2, 0, 100, 0)), PostResult::Ok);
+  RecvWr recv;
+  recv.wr_id = 3;
+  ASSERT_EQ(a().post_recv(qp_.qp_a, recv), PostResult::Ok);
+  const auto done = wait(a(), qp_.cq_a, 3);
+  ASSERT_EQ(done.size(), 3u);
+  EXPECT_EQ(done[0].wr_id, 1u);
+  EXPECT_EQ(done[0].status, WcStatus::RetryExceeded);
+  EXPECT_EQ(done[1].status, WcStatus::WorkRequestFlushed);
+  EXPECT_EQ(done[2].wr_id, 3u);
+  EXPECT_EQ(done[2].status, WcStatus::WorkRequestFlushed);
+  EXPECT_EQ(done[2].opcode, WcOpcode::Recv);
+  EXPECT_EQ(a().qp_state(qp_.qp_a), QpState::Error);
+  // retry_cnt + 1 timeouts with exponential backoff from the 32 us minimum.
+  const Time min_rto = 4 * 8'000;
+  EXPECT_GE(rig_->sim().now(), min_rto * (1 + 2 + 4 + 8));
+  EXPECT_LE(rig_->sim().now(), 100'000'000u);
+  // Nothing more to do: the engine is idle, not spinning.
+  EXPECT_EQ(a().next_wakeup() == transport::kNever || a().next_wakeup() > rig_->sim().now(), true);
+}
+
+struct AccessCase {
+  const char* name;
+  WrOpcode opcode;
+  int64_t remote_offset;  // from the start of the target region
+  uint32_t length;
+  uint32_t region_access;
+  uint32_t region_pd;
+};
+
+class AccessErrors : public VerbsSemantics, public ::testing::WithParamInterface<AccessCase> {};
+
+TEST_P(AccessErrors, AreNakedAndLeaveTargetMemoryUntouched) {
+  const AccessCase& c = GetParam();
+  make(0);
+  std::vector<uint8_t> target(64 * 1024, 0x5a);
+  const uint32_t key = *b().memory().register_region(c.region_pd, addr(target.data()), target.size(),
+                                                      c.region_access);
+  SendWr wr;
+  wr.wr_id = 1;
+  wr.opcode = c.opcode;
+  wr.num_sge = 1;
+  wr.sg[0] = {addr(abuf_.data()), c.length, akey_};
+  wr.remote_addr = addr(target.data()) + c.remote_offset;
+  wr.rkey = key;
+  wr.compare_add = 1;
+  ASSERT_EQ(a().post_send(qp_.qp_a, wr), PostResult::Ok);
+  ASSERT_EQ(a().post_send(qp_.qp_a, write(2, 0, 10, 0)), PostResult::Ok);
+  const auto done = wait(a(), qp_.cq_a, 2);
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].status, WcStatus::RemoteAccessError);
+  EXPECT_EQ(done[1].status, WcStatus::WorkRequestFlushed);
+  EXPECT_EQ(a().qp_state(qp_.qp_a), QpState::Error);
+  EXPECT_GT(b().counters().rx_drop_access, 0u);
+  // Only the valid WRITE posted after the failing request may have landed.
+  EXPECT_LE(b().counters().placed_bytes, 10u);
+  for (uint8_t byte : target) ASSERT_EQ(byte, 0x5a);
+}
+
+constexpr uint32_t kLocal = transport::kAccessLocalWrite;
+INSTANTIATE_TEST_SUITE_P(
+    Cases, AccessErrors,
+    ::testing::Values(
+        AccessCase{"write_past_end", WrOpcode::RdmaWrite, 64 * 1024 - 100, 101, kAllAccess, kPd},
+        AccessCase{"write_before_start", WrOpcode::RdmaWrite, -1, 10, kAllAccess, kPd},
+        AccessCase{"write_without_permission", WrOpcode::RdmaWrite, 0, 10,
+                   kLocal | transport::kAccessRemoteRead, kPd},
+        AccessCase{"write_other_pd", WrOpcode::RdmaWrite, 0, 10, kAllAccess, kPd + 1},
+        AccessCase{"read_without_permission", WrOpcode::RdmaRead, 0, 10, kLocal | transport::kAccessRemoteWrite, kPd},
+        AccessCase{"atomic_without_permission", WrOpcode::FetchAdd, 0, 8, kLocal | transport::kAccessRemoteWrite, kPd}),
+    [](const auto& test_info) { return std::string(test_info.param.name); });
+
+TEST_F(VerbsSemantics, StateMachineRefusesWhatVerbsRefuses) {
+  make(0);
+  SendWr wr = write(1, 0, 10, 0);
+  const uint32_t cq = a().create_cq(16);
+  const uint32_t qpn = a().create_qp(kPd, cq, cq, {});
+  EXPECT_EQ(a().post_send(qpn, wr), PostResult::BadState);                       // RESET
+  EXPECT_EQ(a().modify_qp_to_rtr(qpn, rig_->node_b(), 1, {}), PostResult::BadState);  // skips INIT
+  EXPECT_EQ(a().modify_qp_to_init(qpn), PostResult::Ok);
+  EXPECT_EQ(a().modify_qp_to_rts(qpn), PostResult::BadState);                    // skips RTR
+  EXPECT_EQ(a().destroy_cq(cq), PostResult::BadState);                           // in use
+  EXPECT_EQ(a().create_qp(kPd, 12345, cq, {}), 0u);                              // no such CQ
+  EXPECT_EQ(a().post_send(99999, wr), PostResult::NoSuchObject);
+  EXPECT_EQ(a().destroy_qp(qpn), PostResult::Ok);
+  EXPECT_EQ(a().destroy_cq(cq), PostResult::Ok);
+}
+
+TEST_F(VerbsSemantics, ModifyToErrorFlushesPostedReceives) {
+  make(0);
+  for (uint64_t i = 0; i < 3; ++i) {
+    RecvWr wr;
+    wr.wr_id = i;
+    ASSERT_EQ(b().post_recv(qp_.qp_b, wr), PostResult::Ok);
+  }
+  ASSERT_EQ(b().modify_qp_to_error(qp_.qp_b), PostResult::Ok);
+  Completion wc[8];
+  ASSERT_EQ(b().poll_cq(qp_.cq_b, wc), 3u);
+  for (uint64_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(wc[i].wr_id, i);
+    EXPECT_EQ(wc[i].status, WcStatus::WorkRequestFlushed);
+  }
+}
+
+}  // namespace
+}  // namespace metaroce::sim
