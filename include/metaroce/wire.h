@@ -14,6 +14,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 
 namespace metaroce::wire {
@@ -66,10 +67,12 @@ enum class NakKind : uint8_t {
 // Exact wire layouts. Fields hold network-order values.
 
 struct [[gnu::packed]] CommonHeaderWire {
-  uint8_t version;   // kVersion
-  uint8_t type;      // PacketType
-  uint16_t path_id;  // sender's path index (its UDP source-port slot)
-  uint32_t reserved; // zero on send, ignored on receive
+  uint8_t version;     // kVersion
+  uint8_t type;        // PacketType
+  uint16_t path_id;    // sender's path index (its UDP source-port slot)
+  uint16_t home_port;  // sender's home UDP port: with the source IP it names the
+                       // sending endpoint, whatever source port the path uses
+  uint16_t reserved;   // zero on send, ignored on receive
 };
 static_assert(sizeof(CommonHeaderWire) == 8);
 
@@ -168,6 +171,14 @@ static_assert(kMaxAckBytes <= 1024);
 struct CommonHeader {
   PacketType type = PacketType::Data;
   uint16_t path_id = 0;
+  uint16_t home_port = 0;
+};
+
+// Who sends a datagram: the path it leaves on and the sender's home port.
+struct Origin {
+  Origin(uint16_t path, uint16_t port = 0) : path_id(path), home_port(port) {}  // NOLINT: implicit by design
+  uint16_t path_id;
+  uint16_t home_port;
 };
 
 struct DataHeader {
@@ -268,6 +279,10 @@ inline constexpr uint8_t kDecodeStatusCount = 11;
 const char* to_string(DecodeStatus status);
 const char* to_string(Opcode opcode);
 
+// The sender's home port, read from the common header without decoding the
+// rest; nothing if the datagram is too short or not of this version.
+std::optional<uint16_t> peek_home_port(std::span<const uint8_t> datagram);
+
 // Parses one datagram. On anything but Ok, `out` is unspecified.
 DecodeStatus decode(std::span<const uint8_t> datagram, Packet& out);
 
@@ -279,14 +294,14 @@ size_t data_header_bytes(Opcode opcode);
 // extension) to `out`; the caller writes `payload` bytes right after them
 // (data_header_bytes(opcode) bytes in). Returns the header byte count, or 0 if
 // `out` is too small for headers plus payload_bytes.
-size_t encode_data(std::span<uint8_t> out, uint16_t path_id, const DataHeader& header,
+size_t encode_data(std::span<uint8_t> out, Origin origin, const DataHeader& header,
                    const ReadRequest* read, const AtomicRequest* atomic,
                    const uint64_t* atomic_original, size_t payload_bytes);
 
 // Each returns the datagram length, or 0 if `out` is too small.
-size_t encode_ack(std::span<uint8_t> out, uint16_t path_id, const Ack& ack);
-size_t encode_nak(std::span<uint8_t> out, uint16_t path_id, const Nak& nak);
-size_t encode_probe(std::span<uint8_t> out, uint16_t path_id, PacketType type, const Probe& probe);
+size_t encode_ack(std::span<uint8_t> out, Origin origin, const Ack& ack);
+size_t encode_nak(std::span<uint8_t> out, Origin origin, const Nak& nak);
+size_t encode_probe(std::span<uint8_t> out, Origin origin, PacketType type, const Probe& probe);
 
 // Payload-bearing opcodes carry bytes after their headers.
 constexpr bool carries_payload(Opcode op) {

@@ -21,6 +21,7 @@ struct CongestionConfig {
 
 struct EndpointConfig {
   Profile profile = Profile::MetaRoCE;
+  uint16_t home_port = 4792;           // written in every datagram's common header
   uint16_t paths = 4;                  // MetaRoCE only; RoCEv2 always uses one
   uint32_t mtu = 4096;                 // payload bytes per data packet
   uint64_t path_rate_bps = 100'000'000'000;  // line rate per path: pacing ceiling, initial window

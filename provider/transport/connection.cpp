@@ -67,6 +67,8 @@ Time Connection::rto(const SendPath& path) const {
   return std::min<Time>(base << std::min(path.consecutive_rtos, kMaxBackoffShift), c.max_rto_ns);
 }
 
+wire::Origin Connection::origin(uint16_t path_id) const { return {path_id, endpoint_.config().home_port}; }
+
 bool Connection::sending_to_us(Time now) const {
   return any_data_rx_ && now - last_data_rx_ <= 4 * endpoint_.config().base_rtt_ns + endpoint_.ack_delay();
 }
@@ -385,7 +387,9 @@ uint32_t Connection::rate_hint_mbps(Time now) const {
 size_t Connection::send_ack(Time now, std::span<uint8_t> out, uint16_t& path_id) {
   wire::Ack ack;
   ack.rate_hint_mbps = rate_hint_mbps(now);
-  ack.ack_delay_ns = static_cast<uint32_t>(std::min<Time>(now - oldest_unacked_, UINT32_MAX));
+  // How long the newest packet waited for this ACK (the sender samples RTT
+  // on the newest packet it sees acknowledged).
+  ack.ack_delay_ns = static_cast<uint32_t>(std::min<Time>(now - last_data_rx_, UINT32_MAX));
   uint64_t remaining = dirty_paths_;
   while (remaining != 0 && ack.path_count < wire::kMaxAckPathBlocks) {
     const uint16_t id = static_cast<uint16_t>(__builtin_ctzll(remaining));
@@ -408,7 +412,7 @@ size_t Connection::send_ack(Time now, std::span<uint8_t> out, uint16_t& path_id)
     if (!listed) ack.streams[ack.stream_count++] = {qp->remote_qpn(), qp->completed_msn()};
   }
   if (!qps_.empty()) ack_stream_cursor_ = (ack_stream_cursor_ + 1) % qps_.size();
-  const size_t length = wire::encode_ack(out, last_rx_path_, ack);
+  const size_t length = wire::encode_ack(out, origin(last_rx_path_), ack);
   if (length == 0) return 0;
   dirty_paths_ = remaining;
   if (remaining == 0) {
@@ -564,9 +568,9 @@ size_t Connection::poll_transmit(Time now, std::span<uint8_t> out, uint16_t& pat
     path_id = c.path_id;
     if (c.type == wire::PacketType::Nak) {
       ++endpoint_.counters_.tx_naks;
-      return wire::encode_nak(out, c.path_id, c.nak);
+      return wire::encode_nak(out, origin(c.path_id), c.nak);
     }
-    return wire::encode_probe(out, c.path_id, c.type, c.probe);
+    return wire::encode_probe(out, origin(c.path_id), c.type, c.probe);
   }
   if (ack_due(now)) return send_ack(now, out, path_id);
   return send_data(now, out, path_id);

@@ -96,6 +96,7 @@ class Connection {
   };
 
   bool rocev2() const { return profile_ == Profile::RoCEv2; }
+  wire::Origin origin(uint16_t path_id) const;
   QueuePair* attached_qp(uint32_t qpn) const;
   void on_data(Time now, const wire::Packet& packet, bool ce_marked);
   void on_ack(Time now, const wire::Ack& ack);

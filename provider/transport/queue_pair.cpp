@@ -252,7 +252,7 @@ size_t QueuePair::build_packet(const ChunkRef& ref, uint16_t path_id, uint32_t p
   h.imm = m->imm;
   if (h.offset + payload == m->length || payload == 0) h.flags |= wire::kFlagAckRequest;
   const size_t header = wire::encode_data(
-      out, path_id, h, m->opcode == wire::Opcode::ReadRequest ? &m->read : nullptr,
+      out, {path_id, endpoint_.config().home_port}, h, m->opcode == wire::Opcode::ReadRequest ? &m->read : nullptr,
       is_atomic(m->opcode) ? &m->atomic : nullptr,
       m->opcode == wire::Opcode::AtomicResponse ? &m->atomic_original : nullptr, payload);
   if (header == 0) return 0;

@@ -36,11 +36,12 @@ void store(std::span<uint8_t> out, size_t at, const T& value) {
   std::memcpy(out.data() + at, &value, sizeof(T));
 }
 
-void store_common(std::span<uint8_t> out, PacketType type, uint16_t path_id) {
+void store_common(std::span<uint8_t> out, PacketType type, Origin origin) {
   CommonHeaderWire w{};
   w.version = kVersion;
   w.type = static_cast<uint8_t>(type);
-  w.path_id = to_be(path_id);
+  w.path_id = to_be(origin.path_id);
+  w.home_port = to_be(origin.home_port);
   w.reserved = 0;
   store(out, 0, w);
 }
@@ -250,6 +251,13 @@ const char* to_string(Opcode opcode) {
   return "UNKNOWN";
 }
 
+std::optional<uint16_t> peek_home_port(std::span<const uint8_t> datagram) {
+  if (datagram.size() < sizeof(CommonHeaderWire)) return std::nullopt;
+  const auto c = load<CommonHeaderWire>(datagram, 0);
+  if (c.version != kVersion) return std::nullopt;
+  return from_be16(c.home_port);
+}
+
 DecodeStatus decode(std::span<const uint8_t> datagram, Packet& out) {
   if (datagram.size() < kCommonHeaderBytes) return DecodeStatus::Truncated;
   const auto c = load<CommonHeaderWire>(datagram, 0);
@@ -260,6 +268,7 @@ DecodeStatus decode(std::span<const uint8_t> datagram, Packet& out) {
   }
   out.common.type = static_cast<PacketType>(c.type);
   out.common.path_id = from_be16(c.path_id);
+  out.common.home_port = from_be16(c.home_port);
   if (out.common.path_id >= kMaxPaths) return DecodeStatus::BadPath;
 
   switch (out.common.type) {
@@ -274,7 +283,7 @@ DecodeStatus decode(std::span<const uint8_t> datagram, Packet& out) {
 
 size_t data_header_bytes(Opcode opcode) { return kDataHeaderBytes + extension_bytes(opcode); }
 
-size_t encode_data(std::span<uint8_t> out, uint16_t path_id, const DataHeader& header,
+size_t encode_data(std::span<uint8_t> out, Origin origin, const DataHeader& header,
                    const ReadRequest* read, const AtomicRequest* atomic,
                    const uint64_t* atomic_original, size_t payload_bytes) {
   const Opcode op = header.opcode;
@@ -282,7 +291,7 @@ size_t encode_data(std::span<uint8_t> out, uint16_t path_id, const DataHeader& h
   const size_t hdr = data_header_bytes(op);
   if (out.size() < hdr || payload_bytes > out.size() - hdr) return 0;
 
-  store_common(out, PacketType::Data, path_id);
+  store_common(out, PacketType::Data, origin);
 
   DataHeaderWire w{};
   w.path_seq = to_be(header.path_seq);
@@ -335,14 +344,14 @@ size_t encode_data(std::span<uint8_t> out, uint16_t path_id, const DataHeader& h
   return hdr;
 }
 
-size_t encode_ack(std::span<uint8_t> out, uint16_t path_id, const Ack& ack) {
+size_t encode_ack(std::span<uint8_t> out, Origin origin, const Ack& ack) {
   if (ack.path_count > kMaxAckPathBlocks || ack.stream_count > kMaxAckStreams) return 0;
   const size_t total = kCommonHeaderBytes + sizeof(AckHeaderWire) +
                        size_t{ack.path_count} * sizeof(PathSackWire) +
                        size_t{ack.stream_count} * sizeof(StreamAckWire);
   if (out.size() < total) return 0;
 
-  store_common(out, PacketType::Ack, path_id);
+  store_common(out, PacketType::Ack, origin);
 
   AckHeaderWire h{};
   h.path_blocks = ack.path_count;
@@ -377,10 +386,10 @@ size_t encode_ack(std::span<uint8_t> out, uint16_t path_id, const Ack& ack) {
   return total;
 }
 
-size_t encode_nak(std::span<uint8_t> out, uint16_t path_id, const Nak& nak) {
+size_t encode_nak(std::span<uint8_t> out, Origin origin, const Nak& nak) {
   constexpr size_t kSize = kCommonHeaderBytes + sizeof(NakWire);
   if (out.size() < kSize) return 0;
-  store_common(out, PacketType::Nak, path_id);
+  store_common(out, PacketType::Nak, origin);
   NakWire w{};
   w.kind = static_cast<uint8_t>(nak.kind);
   w.attempt = nak.attempt;
@@ -393,11 +402,11 @@ size_t encode_nak(std::span<uint8_t> out, uint16_t path_id, const Nak& nak) {
   return kSize;
 }
 
-size_t encode_probe(std::span<uint8_t> out, uint16_t path_id, PacketType type, const Probe& probe) {
+size_t encode_probe(std::span<uint8_t> out, Origin origin, PacketType type, const Probe& probe) {
   constexpr size_t kSize = kCommonHeaderBytes + sizeof(ProbeWire);
   if (type != PacketType::Probe && type != PacketType::ProbeReply) return 0;
   if (out.size() < kSize) return 0;
-  store_common(out, type, path_id);
+  store_common(out, type, origin);
   ProbeWire w{};
   w.probe_seq = to_be(probe.probe_seq);
   w.reserved = 0;

@@ -97,11 +97,12 @@ void compare_probe(const Packet& a, const Packet& b) {
 // Re-encodes a decoded packet into a buffer of exactly the needed size.
 std::vector<uint8_t> reencode(const Packet& p) {
   std::vector<uint8_t> out;
+  const Origin origin{p.common.path_id, p.common.home_port};
   switch (p.common.type) {
     case PacketType::Data: {
       const size_t hdr = data_header_bytes(p.data.opcode);
       out.resize(hdr + p.payload.size());
-      const size_t n = encode_data(out, p.common.path_id, p.data, &p.read, &p.atomic,
+      const size_t n = encode_data(out, origin, p.data, &p.read, &p.atomic,
                                    &p.atomic_original, p.payload.size());
       if (n != hdr) fail("encode_data length");
       if (!p.payload.empty()) std::memcpy(out.data() + hdr, p.payload.data(), p.payload.size());
@@ -109,20 +110,20 @@ std::vector<uint8_t> reencode(const Packet& p) {
     }
     case PacketType::Ack: {
       out.resize(kMaxAckBytes);
-      const size_t n = encode_ack(out, p.common.path_id, p.ack);
+      const size_t n = encode_ack(out, origin, p.ack);
       if (n == 0) fail("encode_ack refused a decoded ACK");
       out.resize(n);
       break;
     }
     case PacketType::Nak: {
       out.resize(kCommonHeaderBytes + sizeof(NakWire));
-      if (encode_nak(out, p.common.path_id, p.nak) != out.size()) fail("encode_nak length");
+      if (encode_nak(out, origin, p.nak) != out.size()) fail("encode_nak length");
       break;
     }
     case PacketType::Probe:
     case PacketType::ProbeReply: {
       out.resize(kCommonHeaderBytes + sizeof(ProbeWire));
-      if (encode_probe(out, p.common.path_id, p.common.type, p.probe) != out.size()) {
+      if (encode_probe(out, origin, p.common.type, p.probe) != out.size()) {
         fail("encode_probe length");
       }
       break;
@@ -146,6 +147,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   CHECK_EQ_FIELD(first, second, common.type);
   CHECK_EQ_FIELD(first, second, common.path_id);
+  CHECK_EQ_FIELD(first, second, common.home_port);
   switch (first.common.type) {
     case PacketType::Data: compare_data(first, second); break;
     case PacketType::Ack: compare_ack(first, second); break;

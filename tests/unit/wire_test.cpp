@@ -55,7 +55,7 @@ DecodeStatus decode_all(const Bytes& bytes, Packet& out) {
   return decode_prefix(bytes, bytes.size(), out);
 }
 
-Bytes make_data(uint16_t path_id, const DataHeader& h, const ReadRequest* read,
+Bytes make_data(Origin path_id, const DataHeader& h, const ReadRequest* read,
                 const AtomicRequest* atomic, const uint64_t* original, const Bytes& payload) {
   Bytes out(data_header_bytes(h.opcode) + payload.size(), 0xAA);
   const size_t hdr = encode_data(out, path_id, h, read, atomic, original, payload.size());
@@ -426,14 +426,15 @@ TEST(WireGolden, WriteImmDataPacket) {
   h.rkey = 0x2C2D2E2F;
   h.imm = 0x30313233;
   const Bytes payload = {0xDE, 0xAD, 0xBE};
-  const Bytes got = make_data(0x0025, h, nullptr, nullptr, nullptr, payload);
+  const Bytes got = make_data({0x0025, 0x12B8}, h, nullptr, nullptr, nullptr, payload);
 
   const Bytes want = {
       // common header
       0x01,                    //  0 version
       0x01,                    //  1 type = Data
       0x00, 0x25,              //  2 path_id
-      0x00, 0x00, 0x00, 0x00,  //  4 reserved
+      0x12, 0xB8,              //  4 home_port (4792)
+      0x00, 0x00,              //  6 reserved
       // data header
       0x03, 0x04, 0x05, 0x06,  //  8 path_seq
       0x03,                    // 12 opcode = WRITE_IMM
@@ -457,6 +458,9 @@ TEST(WireGolden, WriteImmDataPacket) {
   ASSERT_EQ(decode_all(want, p), DecodeStatus::Ok);
   expect_data_eq(p.data, h);
   EXPECT_EQ(p.common.path_id, 0x25);
+  EXPECT_EQ(p.common.home_port, 4792);
+  EXPECT_EQ(peek_home_port(want), std::optional<uint16_t>(4792));
+  EXPECT_EQ(peek_home_port(Bytes(want.begin(), want.begin() + 7)), std::nullopt);
   EXPECT_EQ(Bytes(p.payload.begin(), p.payload.end()), payload);
 }
 

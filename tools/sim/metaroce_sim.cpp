@@ -96,7 +96,9 @@ int run_bench(const Options& options) {
     return 2;
   }
   int status = 0;
-  for (const auto& [name, profile] : transports) {
+  for (const auto& transport : transports) {
+    const std::string& name = transport.first;
+    const Profile profile = transport.second;
     std::map<double, WriteTransferResult> results;
     auto run = [&](double loss) -> const WriteTransferResult& {
       auto it = results.find(loss);
@@ -134,7 +136,9 @@ int run_demo(Options options) {
   std::printf("%-10s %6s %6s %14s %10s %12s %10s\n", "transport", "paths", "loss", "goodput_gbps", "retained",
               "retransmits", "data_ok");
   int status = 0;
-  for (const auto& [name, profile] : {std::pair{"metaroce", Profile::MetaRoCE}, std::pair{"rocev2", Profile::RoCEv2}}) {
+  for (const auto& transport : {std::pair{"metaroce", Profile::MetaRoCE}, std::pair{"rocev2", Profile::RoCEv2}}) {
+    const char* name = transport.first;
+    const Profile profile = transport.second;
     const WriteTransferResult clean = run_write_transfer(make_spec(options, profile, 0));
     const WriteTransferResult lossy = run_write_transfer(make_spec(options, profile, loss));
     for (const auto* r : {&clean, &lossy}) {
