@@ -22,6 +22,11 @@ struct CongestionConfig {
 struct EndpointConfig {
   Profile profile = Profile::MetaRoCE;
   uint16_t home_port = 4792;           // written in every datagram's common header
+  // QP numbers are qpn_base, qpn_base + 1, ... up to max_qps of them. The
+  // verbs layer encodes its home port in qpn_base so that a peer can derive
+  // the port from the QP number it is given.
+  uint32_t qpn_base = 0x11;
+  uint32_t max_qps = 0xffffff;
   uint16_t paths = 4;                  // MetaRoCE only; RoCEv2 always uses one
   uint32_t mtu = 4096;                 // payload bytes per data packet
   uint64_t path_rate_bps = 100'000'000'000;  // line rate per path: pacing ceiling, initial window

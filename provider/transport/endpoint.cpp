@@ -100,7 +100,9 @@ size_t Endpoint::cq_depth(uint32_t cq) const {
 
 void Endpoint::push_completion(uint32_t cq, const Completion& completion) {
   auto it = cqs_.find(cq);
-  if (it != cqs_.end()) it->second->entries.push_back(completion);
+  if (it == cqs_.end()) return;
+  it->second->entries.push_back(completion);
+  if (completion_observer_) completion_observer_(cq);
 }
 
 // --- queue pairs --------------------------------------------------------------
@@ -109,7 +111,8 @@ uint32_t Endpoint::create_qp(uint32_t pd, uint32_t send_cq, uint32_t recv_cq, co
   if (!cqs_.count(send_cq) || !cqs_.count(recv_cq)) return 0;
   QpConfig resolved = config;
   resolved.max_send_wr = std::min(resolved.max_send_wr, config_.max_outstanding_messages);
-  const uint32_t qpn = next_qpn_++;
+  if (next_qpn_index_ >= config_.max_qps) return 0;
+  const uint32_t qpn = config_.qpn_base + next_qpn_index_++;
   qps_.emplace(qpn, std::make_unique<QueuePair>(*this, qpn, pd, send_cq, recv_cq, resolved));
   return qpn;
 }

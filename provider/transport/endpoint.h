@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -59,9 +60,12 @@ class Endpoint {
   size_t poll_cq(uint32_t cq, std::span<Completion> out);
   // Completions waiting in the CQ.
   size_t cq_depth(uint32_t cq) const;
+  // Called whenever a completion is added to a CQ (for completion channels).
+  void set_completion_observer(std::function<void(uint32_t cq)> observer) { completion_observer_ = std::move(observer); }
 
   // --- queue pairs --------------------------------------------------------
-  // Returns the new QP number (never 0), or 0 if a CQ does not exist.
+  // Returns the new QP number (never 0), or 0 if a CQ does not exist or the
+  // QP numbers are used up. Numbers are not reused.
   uint32_t create_qp(uint32_t pd, uint32_t send_cq, uint32_t recv_cq, const QpConfig& config);
   PostResult destroy_qp(uint32_t qpn);
   // INIT -> RTR with the peer and its QP number; RTR -> RTS; any -> ERROR / RESET.
@@ -116,8 +120,9 @@ class Endpoint {
   std::unordered_map<uint32_t, std::unique_ptr<QueuePair>> qps_;
   // Ordered so that iteration (transmit scheduling) is deterministic.
   std::map<PeerId, std::unique_ptr<Connection>> connections_;
+  std::function<void(uint32_t)> completion_observer_;
   uint32_t next_cq_ = 1;
-  uint32_t next_qpn_ = 0x11;
+  uint32_t next_qpn_index_ = 0;
   PeerId tx_cursor_ = 0;  // round-robin start among connections
   std::vector<uint8_t> rx_scratch_;
 };

@@ -414,7 +414,7 @@ TEST_F(SgeBuffers, ScatterAcrossBoundariesMatchesFlatModel) {
       ASSERT_TRUE(scatter_to_sges(sges_, offset, data)) << offset << "+" << len;
 
       std::vector<uint8_t> want(kTotal, kFill);
-      std::memcpy(want.data() + offset, data.data(), len);
+      for (size_t i = 0; i < len; ++i) want[offset + i] = data[i];
       ASSERT_EQ(logical(), want) << offset << "+" << len;
       ASSERT_TRUE(guards_intact()) << offset << "+" << len;
     }

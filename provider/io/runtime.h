@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//
+// The runtime that drives one transport::Endpoint over real UDP: a home
+// socket plus one socket per path (its source port), io_uring batched I/O
+// with GSO/GRO where the kernel allows (sendmmsg/recvmmsg otherwise), the
+// engine's timers, and one progress thread so that one-sided operations
+// progress while the application does nothing. One Runtime per device
+// context.
+//
+// Threading: the engine is not thread-safe; every access goes through
+// with_engine(), which holds the runtime's lock. The progress thread takes the
+// same lock for each batch of datagrams and timers.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "endpoint.h"
+
+namespace metaroce::io {
+
+struct RuntimeOptions {
+  // Local IPv4 or IPv6 literal to bind every socket to (the device's address).
+  std::string local_address = "127.0.0.1";
+  // Home port; 0 = the first free port in [home_port_first, home_port_first + home_port_count).
+  uint16_t home_port = 0;
+  uint16_t home_port_first = 4792;
+  uint16_t home_port_count = 4096;
+  // Paths (source ports). Each path socket binds an ephemeral port chosen by
+  // the kernel, so concurrent processes never collide.
+  transport::EndpointConfig endpoint;  // endpoint.paths, mtu, timers; home_port is filled in
+  bool allow_io_uring = true;          // false: force the sendmmsg/recvmmsg fallback
+  bool use_gso = true;                 // UDP_SEGMENT on send where supported
+  bool use_gro = true;                 // UDP_GRO on receive where supported
+  // Test hook: drop each received datagram with this probability before the
+  // engine sees it (there is no netem here). Deterministic from test_seed.
+  double test_drop_probability = 0;
+  uint64_t test_seed = 1;
+  // Kernel socket buffer sizes to request (SO_RCVBUF/SO_SNDBUF; capped by rmem_max/wmem_max).
+  int socket_buffer_bytes = 8 << 20;
+};
+
+struct RuntimeStats {
+  bool io_uring = false;  // false: the sendmmsg/recvmmsg fallback is in use
+  bool gso = false;
+  bool gro = false;
+  uint64_t datagrams_sent = 0;
+  uint64_t datagrams_received = 0;
+  uint64_t send_syscalls = 0;      // io_uring_enter or sendmmsg calls
+  uint64_t receive_syscalls = 0;
+  uint64_t test_drops = 0;
+  uint64_t unknown_sender_drops = 0;  // datagram whose (address, home port) maps to no peer
+  uint64_t send_errors = 0;
+  uint64_t progress_wakeups = 0;
+};
+
+class Runtime {
+ public:
+  // Opens sockets and starts the progress thread. On failure returns null
+  // and sets `error` to a one-line reason.
+  static std::unique_ptr<Runtime> create(const RuntimeOptions& options, std::string& error);
+  virtual ~Runtime() = default;  // stops the thread and closes the sockets
+
+  virtual uint16_t home_port() const = 0;
+  // The bound local address (with the home port).
+  virtual sockaddr_storage local_address() const = 0;
+
+  // The peer id for a remote endpoint at `address` (IP + home port),
+  // allocated on first use. Datagrams are attributed to a peer by their
+  // source IP and the home_port field of their common header.
+  virtual transport::PeerId peer_for(const sockaddr_storage& address) = 0;
+
+  // Runs fn(endpoint, now) under the engine lock, then wakes the progress
+  // thread so that anything fn queued is transmitted.
+  template <typename Fn>
+  auto with_engine(Fn&& fn) {
+    struct Kick {
+      Runtime* runtime;
+      ~Kick() { runtime->kick(); }
+    } kick{this};
+    std::lock_guard<std::mutex> lock(engine_mutex_);
+    return fn(engine(), now());
+  }
+
+  // Called on the progress thread, with the engine lock held, whenever a
+  // completion is pushed to CQ `cq`. Must be quick (e.g. write an eventfd).
+  virtual void set_completion_listener(std::function<void(uint32_t cq)> listener) = 0;
+
+  virtual RuntimeStats stats() const = 0;
+  // CLOCK_MONOTONIC in nanoseconds.
+  static transport::Time now();
+
+ protected:
+  Runtime() = default;
+  virtual transport::Endpoint& engine() = 0;
+  // Wakes the progress thread (e.g. eventfd write); cheap when already awake.
+  virtual void kick() = 0;
+  std::mutex engine_mutex_;
+};
+
+}  // namespace metaroce::io
