@@ -380,7 +380,8 @@ bool Connection::ack_due(Time now) const {
 }
 
 uint32_t Connection::rate_hint_mbps(Time now) const {
-  const uint64_t share = endpoint_.inbound_capacity_bps() / std::max<size_t>(1, endpoint_.active_senders(now));
+  const double capacity = endpoint_.config().rate_hint_utilization * static_cast<double>(endpoint_.inbound_capacity_bps());
+  const uint64_t share = static_cast<uint64_t>(capacity / static_cast<double>(std::max<size_t>(1, endpoint_.active_senders(now))));
   return static_cast<uint32_t>(std::min<uint64_t>(share / 1'000'000, UINT32_MAX));
 }
 
