@@ -143,6 +143,17 @@ TEST(TransferScenarios, EcnMarksShrinkTheWindowToTheBottleneck) {
   EXPECT_GT(r.goodput_gbps, 0.8 * 4 * 25 * 4096.0 / (4096 + 56 + 66));
 }
 
+TEST(TransferScenarios, ManyStreamsShareOneConnectionAndItsPaths) {
+  WriteTransferSpec spec = base_spec(Profile::MetaRoCE, 0.05);
+  spec.qps = 4;
+  spec.outstanding = 4;
+  const WriteTransferResult r = run_write_transfer(spec);
+  ASSERT_TRUE(r.completed);
+  EXPECT_TRUE(r.data_intact);
+  ASSERT_EQ(r.sender_paths.size(), 4u);  // one connection: one set of paths for all QPs
+  for (const auto& path : r.sender_paths) EXPECT_GT(path.packets_sent, 0u);
+}
+
 TEST(TransferScenarios, SameSeedSameRun) {
   const WriteTransferResult a = run_write_transfer(base_spec(Profile::MetaRoCE, 0.02, 7));
   const WriteTransferResult b = run_write_transfer(base_spec(Profile::MetaRoCE, 0.02, 7));
