@@ -439,7 +439,25 @@ Time Connection::path_ready_time(const SendPath& path) const {
   return std::max(ceil_ns(path.next_tx_ns), ceil_ns(conn_next_tx_ns_));
 }
 
+uint64_t Connection::connection_window() const {
+  // Without a hint the paths' windows are the only limit. With one, the whole
+  // connection keeps at most two hint-rate RTTs in flight, so a receiver that
+  // divides its capacity among many senders also bounds their bursts.
+  if (rate_hint_bps_ == 0) return UINT64_MAX;
+  Time rtt = 0;
+  for (const SendPath& path : paths_) rtt = std::max(rtt, path.rtt.srtt());
+  const uint64_t floor = 2 * (uint64_t{endpoint_.config().mtu} + wire::kDataHeaderBytes);
+  return std::max<uint64_t>(floor, 2 * rate_hint_bps_ / 8 * rtt / 1'000'000'000);
+}
+
+uint64_t Connection::inflight_bytes() const {
+  uint64_t total = 0;
+  for (const SendPath& path : paths_) total += path.inflight_bytes;
+  return total;
+}
+
 Connection::SendPath* Connection::pick_path(Time now, uint32_t bytes, int avoid) {
+  if (inflight_bytes() + bytes > connection_window()) return nullptr;
   SendPath* best = nullptr;
   SendPath* fallback = nullptr;
   for (SendPath& path : paths_) {
@@ -586,10 +604,11 @@ Time Connection::next_wakeup() const {
   }
   if (has_data_to_send()) {
     const uint32_t mtu_bytes = endpoint_.config().mtu + static_cast<uint32_t>(wire::kDataHeaderBytes);
+    const bool connection_full = inflight_bytes() + mtu_bytes > connection_window();
     for (const SendPath& path : paths_) {
       if (rocev2() && path.rewinding) {
         wake = std::min(wake, path_ready_time(path));
-      } else if (path_has_room(path, mtu_bytes)) {
+      } else if (!connection_full && path_has_room(path, mtu_bytes)) {
         wake = std::min(wake, path_ready_time(path));
       }
     }

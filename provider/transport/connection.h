@@ -113,6 +113,8 @@ class Connection {
   bool has_outstanding_work() const;
   bool has_data_to_send() const;
   bool path_has_room(const SendPath& path, uint32_t bytes) const;
+  uint64_t connection_window() const;
+  uint64_t inflight_bytes() const;
   SendPath* pick_path(Time now, uint32_t bytes, int avoid) ;
   Time path_ready_time(const SendPath& path) const;
   void after_send(Time now, SendPath& path, uint32_t bytes);

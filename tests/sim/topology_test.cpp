@@ -12,6 +12,7 @@
 
 #include "engine_host.h"
 #include "netsim.h"
+#include "rig.h"
 
 namespace metaroce::sim {
 namespace {
@@ -230,6 +231,44 @@ TEST(Topology, IncastSettlesOnTheReceiversRateHint) {
   // Fair: the senders finish within 10% of each other.
   const auto [first, last] = std::minmax_element(hinted.finish.begin(), hinted.finish.end());
   EXPECT_LT(static_cast<double>(*last), 1.1 * static_cast<double>(*first));
+}
+
+TEST(Topology, RateHintAlsoBoundsTheConnectionsDataInFlight) {
+  // A receiver that grants 1 Gb/s in total: once its hint arrives, the sender
+  // keeps at most two hint-rate RTTs (at least two packets) in flight over all
+  // paths together, however large the paths' own windows are.
+  RigSpec spec;
+  spec.endpoint.inbound_capacity_bps = 1'000'000'000;
+  TwoHostRig rig(spec);
+  const QpPair qp = rig.connect_qps({}, kPd);
+  std::vector<uint8_t> source(8 << 20, 1), sink(8 << 20, 0);
+  transport::Endpoint& a = rig.a().endpoint();
+  const uint32_t lkey = *a.memory().register_region(kPd, addr(source.data()), source.size(), transport::kAccessLocalWrite);
+  const uint32_t rkey = *rig.b().endpoint().memory().register_region(
+      kPd, addr(sink.data()), sink.size(), transport::kAccessLocalWrite | transport::kAccessRemoteWrite);
+  SendWr wr;
+  wr.opcode = WrOpcode::RdmaWrite;
+  wr.num_sge = 1;
+  wr.sg[0] = {addr(source.data()), 1u << 20, lkey};
+  wr.remote_addr = addr(sink.data());
+  wr.rkey = rkey;
+  ASSERT_EQ(a.post_send(qp.qp_a, wr), PostResult::Ok);
+  rig.sim().wake(rig.node_a());
+  uint64_t max_inflight = 0;
+  std::function<void()> sample = [&] {
+    uint64_t inflight = 0;
+    for (const auto& path : a.path_snapshots(rig.node_b())) inflight += path.inflight_bytes;
+    max_inflight = std::max(max_inflight, inflight);
+    if (a.cq_depth(qp.cq_a) == 0) rig.sim().at(rig.sim().now() + 1'000, sample);
+  };
+  rig.sim().at(40'000, sample);  // after the first ACKs brought the hint
+  ASSERT_TRUE(rig.sim().run_until([&] { return a.cq_depth(qp.cq_a) == 1; }, 100'000'000));
+  EXPECT_EQ(std::memcmp(source.data(), sink.data(), 1 << 20), 0);
+  EXPECT_GT(max_inflight, 0u);
+  EXPECT_LE(max_inflight, 3u * (4096 + 56));
+  // Before the hint the paths' initial windows (4 x 100 kB) leave at line
+  // rate; the remaining ~650 kB at 0.95 Gb/s take about 5.5 ms.
+  EXPECT_GT(rig.sim().now(), 5'000'000u);
 }
 
 }  // namespace
