@@ -308,7 +308,12 @@ Time Connection::retry_deadline() const {
   if (!has_outstanding_work()) return kNever;
   Time base = endpoint_.min_rto();
   for (const SendPath& path : paths_) base = std::max(base, path.rtt.rto(endpoint_.min_rto(), endpoint_.config().max_rto_ns));
-  for (const QueuePair* qp : qps_) base = std::max(base, qp->config().timeout_ns);
+  Time qp_timeout = 0;
+  for (const QueuePair* qp : qps_) qp_timeout = std::max(qp_timeout, qp->config().timeout_ns);
+  // A verbs timeout is a fixed interval, so that retry_cnt + 1 of them bound
+  // how long a dead peer takes to notice, as on an RDMA NIC. Without one the
+  // engine's RTO doubles per expiry.
+  if (qp_timeout > 0) return last_progress_ + std::max(base, qp_timeout);
   return last_progress_ + (base << std::min(retry_count_, kMaxBackoffShift));
 }
 

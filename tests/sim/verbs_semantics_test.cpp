@@ -332,6 +332,22 @@ TEST_F(VerbsSemantics, RetryExhaustionWhenThePeerIsUnreachable) {
   EXPECT_EQ(a().next_wakeup() == transport::kNever || a().next_wakeup() > rig_->sim().now(), true);
 }
 
+TEST_F(VerbsSemantics, VerbsTimeoutBoundsTheTimeToNoticeADeadPeer) {
+  // timeout 1 ms, retry_cnt 3: the error comes after (3 + 1) fixed intervals,
+  // as a NIC's transport timer would give it, not after an exponential series.
+  QpConfig config;
+  config.retry_cnt = 3;
+  config.timeout_ns = 1'000'000;
+  make(0, 0, config);
+  for (size_t i = 0; i < rig_->links().forward.size(); ++i) rig_->blackhole(i, 0, kNever);
+  ASSERT_EQ(a().post_send(qp_.qp_a, write(1, 0, 1000, 0)), PostResult::Ok);
+  const auto done = wait(a(), qp_.cq_a, 1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, WcStatus::RetryExceeded);
+  EXPECT_GE(rig_->sim().now(), 4 * config.timeout_ns);
+  EXPECT_LT(rig_->sim().now(), 4 * config.timeout_ns + config.timeout_ns / 2);
+}
+
 struct AccessCase {
   const char* name;
   WrOpcode opcode;
