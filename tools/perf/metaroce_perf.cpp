@@ -370,6 +370,11 @@ int run(const Options& o) {
         }
       }
     }
+    // The client says when its last work request completed: one-sided
+    // operations give the server no completion of its own to wait for.
+    uint8_t done = 1;
+    if (client) write_all(fd, &done, 1);
+    else read_all(fd, &done, 1);
     result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     // The side that received the data checks it; then both agree on the verdict.
     uint8_t verdict = 1;
