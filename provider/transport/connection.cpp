@@ -106,7 +106,7 @@ void Connection::on_data(Time now, const wire::Packet& p, bool ce_marked) {
       ++counters.rx_drop_bad_request;
       return;
     }
-    switch (in_order_.record(h.path_seq)) {
+    switch (in_order_.classify(h.path_seq)) {
       case InOrderReceiver::Arrival::Expected: break;
       case InOrderReceiver::Arrival::Duplicate:
         ++counters.rx_duplicate_completed;
@@ -130,6 +130,8 @@ void Connection::on_data(Time now, const wire::Packet& p, bool ce_marked) {
   }
 
   const Verdict verdict = wire::is_request(h.opcode) ? qp->on_request(p) : qp->on_response(p);
+  // The rocev2 PSN advances only for a packet the QP did not refuse outright.
+  if (rocev2() && verdict != Verdict::OutOfWindow && verdict != Verdict::QpNotReady) in_order_.record(h.path_seq);
   switch (verdict) {
     case Verdict::Placed: break;
     case Verdict::DuplicateChunk: ++counters.rx_duplicate_chunk; break;
@@ -503,8 +505,7 @@ size_t Connection::send_rewind(Time now, SendPath& path, std::span<uint8_t> out)
     TxRecord& record = path.records[index];
     ++path.rewind_seq;
     QueuePair* qp = attached_qp(record.ref.qpn);
-    // A record whose message is gone is resent anyway, empty of meaning but
-    // keeping the sequence space gap-free for the in-order receiver.
+    if (qp && !qp->source_readable(record.ref)) qp->abandon_response(record.ref);
     const size_t length = qp ? qp->build_packet(record.ref, 0, path.rewind_seq - 1, wire::kFlagRetransmit, out) : 0;
     if (length == 0) continue;
     record.sent = now;
@@ -568,7 +569,12 @@ size_t Connection::send_data(Time now, std::span<uint8_t> out, uint16_t& path_id
     if (!found) return 0;
   }
   QueuePair* qp = attached_qp(ref.qpn);
-  const size_t length = qp ? qp->build_packet(ref, path->id, path->next_seq, flags, out) : 0;
+  if (!qp) return 0;
+  if (!qp->source_readable(ref)) {
+    qp->abandon_response(ref);
+    return 0;
+  }
+  const size_t length = qp->build_packet(ref, path->id, path->next_seq, flags, out);
   if (length == 0) return 0;
   path->records.push_back({ref, now, static_cast<uint32_t>(length), TxRecord::State::InFlight});
   ++path->next_seq;

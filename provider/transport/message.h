@@ -75,6 +75,7 @@ struct OutboundMessage {
   std::vector<uint8_t> owned;
   bool uses_owned = false;
   uint64_t source_addr = 0;
+  uint32_t source_rkey = 0;  // READ response: the key the request was granted with
   bool uses_source_addr = false;
 
   uint32_t chunks = 1;

@@ -302,6 +302,23 @@ bool QueuePair::recover_stalled(ChunkRef& ref) {
   return false;
 }
 
+bool QueuePair::source_readable(const ChunkRef& ref) const {
+  const OutboundMessage* m = find_message(ref);
+  if (!m || !m->uses_source_addr) return true;
+  const uint64_t offset = uint64_t{ref.chunk} * mtu();
+  return endpoint_.memory().check_remote(m->source_rkey, pd_, m->source_addr + offset,
+                                         chunk_payload_bytes(ref), kAccessRemoteRead) == AccessCheck::Ok;
+}
+
+void QueuePair::abandon_response(const ChunkRef& ref) {
+  if (!ref.response || !responses_.erase(ref.msn)) return;
+  wire::Nak n;
+  n.kind = wire::NakKind::RemoteAccess;
+  n.qpn = remote_qpn_;
+  n.msn = ref.msn;
+  connection_->queue_nak(0, n);
+}
+
 bool QueuePair::has_outstanding_work() const {
   if (state_ == QpState::Error || state_ == QpState::Reset) return false;
   if (!responses_.empty()) return true;
@@ -362,6 +379,9 @@ bool QueuePair::on_stream_ack(uint32_t completed_msn) {
   bool progressed = false;
   for (OutboundMessage& m : send_queue_) {
     if (static_cast<int32_t>(m.msn - completed_msn) > 0) break;
+    // A message cannot have completed remotely before all of it was sent:
+    // such a claim is stale (a restarted attempt) or forged.
+    if (!m.all_sent()) break;
     if (!m.done && !m.needs_response()) {
       m.done = true;
       progressed = true;
@@ -560,6 +580,10 @@ Verdict QueuePair::place_request_chunk(const wire::Packet& p, InboundMessage& m,
       std::memcpy(reinterpret_cast<void*>(static_cast<uintptr_t>(h.remote_addr + h.offset)),
                   p.payload.data(), p.payload.size());
     } else {
+      // The receive this message was bound to may have been consumed since
+      // by another message claiming the same index (a lying peer).
+      if (h.recv_index < recv_consumed_ || h.recv_index - recv_consumed_ >= recv_queue_.size())
+        return Verdict::InvalidRequest;
       const RecvWr& wr = recv_queue_[h.recv_index - recv_consumed_];
       if (endpoint_.memory().check_sges(sges_of(wr), pd_, true) != AccessCheck::Ok)
         return Verdict::AccessError;
@@ -684,6 +708,7 @@ void QueuePair::execute_read(uint32_t msn, const InboundMessage& m) {
   r.remote_addr = m.read.sink_addr;
   r.rkey = m.read.sink_key;
   r.source_addr = m.remote_addr;
+  r.source_rkey = m.rkey;
   r.uses_source_addr = true;
   r.chunks = chunk_count(m.length, mtu());
   r.acked.reset(r.chunks);

@@ -79,6 +79,11 @@ class QueuePair {
   // again as a new attempt, since a chunk may have been refused for RNR.
   bool recover_stalled(ChunkRef& ref);
   bool has_outstanding_work() const;
+  // A READ response re-checks the responder's region before every send: the
+  // application may have deregistered (and freed) it since the READ arrived.
+  bool source_readable(const ChunkRef& ref) const;
+  // Drops a READ response that can no longer be read and NAKs the requester.
+  void abandon_response(const ChunkRef& ref);
   // Earliest RNR resend time of this QP, kNever if none.
   Time next_rnr_resend() const;
   void on_timer(Time now);

@@ -68,6 +68,11 @@ void ReceiveScoreboard::fill(uint16_t path_id, wire::PathSack& block) const {
   block.bits = bits_;
 }
 
+InOrderReceiver::Arrival InOrderReceiver::classify(uint32_t seq) {
+  if (seq == expected_) return Arrival::Expected;
+  return record(seq);
+}
+
 InOrderReceiver::Arrival InOrderReceiver::record(uint32_t seq) {
   if (seq == expected_) {
     ++expected_;
@@ -89,6 +94,14 @@ bool InOrderReceiver::take_nak_due() {
 }
 
 void InOrderReceiver::fill(uint16_t path_id, wire::PathSack& block) const {
+  // Nothing received yet: report nothing rather than a wrapped-around window.
+  if (expected_ == 0) {
+    block = {};
+    block.path_id = path_id;
+    block.ce_count = ce_count_;
+    block.highest_seq = 0;
+    return;
+  }
   block.path_id = path_id;
   block.ce_count = ce_count_;
   block.highest_seq = expected_ - 1;

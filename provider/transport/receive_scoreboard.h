@@ -40,6 +40,9 @@ class ReceiveScoreboard {
 class InOrderReceiver {
  public:
   enum class Arrival : uint8_t { Expected, Duplicate, OutOfOrder };
+  // What record(seq) would say, changing nothing but the NAK state of an
+  // out-of-order arrival.
+  Arrival classify(uint32_t seq);
   Arrival record(uint32_t seq);
   uint32_t expected() const { return expected_; }
   // True once per gap: the first out-of-order arrival after the expected one.
