@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+# The real data path on the namespace fabric: unmodified perftest and
+# metaroce-perf through metaroce-run between two hosts joined by 4 ECMP paths.
+#
+#   datapath.sh perftest      ib_write_bw/ib_read_bw/ib_send_bw/ib_write_lat at 0 and 1% loss
+#   datapath.sh verified      metaroce-perf write/read/send checked byte for byte at 5% loss
+#   datapath.sh two-pairs     two pairs of processes at once (4 hosts)
+#   datapath.sh blackhole     a path blackholed mid-transfer
+#   datapath.sh peer-killed   the server killed mid-transfer: the client gets RETRY_EXC_ERR
+#   datapath.sh stray         garbage thrown at a live endpoint during a transfer
+#
+# Environment (from tests/netns/meson.build): METAROCE_FABRIC, METAROCE_RUN,
+# METAROCE_PERF, UDP_BLASTER.
+source "$(dirname "$0")/lib.sh"
+RUN=${METAROCE_RUN:?METAROCE_RUN not set}
+PERF=${METAROCE_PERF:?METAROCE_PERF not set}
+scenario=${1:?usage: datapath.sh SCENARIO}
+TEST_NAME="datapath-$scenario"
+
+require_netns
+command -v ib_write_bw >/dev/null 2>&1 || skip "perftest not installed"
+use_prefix "mrd-${scenario:0:6}"
+
+PIDS=()
+stop_all() { for p in ${PIDS[@]+"${PIDS[@]}"}; do kill -9 "$p" 2>/dev/null || true; done; }
+at_exit stop_all
+
+# on HOST CMD...: runs CMD in host HOST's namespace with the launcher, device
+# mr0 on that host's eth0.
+
+# The veths have a 1500-byte MTU: 1400-byte payloads keep datagrams whole
+# (IP fragments would defeat the ECMP hash).
+RUN_ARGS="--mtu 1400 ${RUN_ARGS:-}"
+
+# pair TIMEOUT SERVER_HOST CLIENT_HOST PORT PROGRAM ARGS...: server in the
+# background, client in the foreground; both must exit 0. Output in $WORK.
+pair() {
+    local timeout=$1 server=$2 client=$3 port=$4; shift 4
+    local tag
+    tag=$(basename "$1")-$port
+    timeout "$timeout" ip netns exec "${PREFIX}-$server" "$RUN" --dev mr0=eth0 ${RUN_ARGS:-} \
+        "$@" -p "$port" >"$WORK/$tag.server" 2>&1 &
+    local spid=$!
+    sleep 0.5
+    if ! timeout "$timeout" ip netns exec "${PREFIX}-$client" "$RUN" --dev mr0=eth0 ${RUN_ARGS:-} \
+        "$@" -p "$port" "$(fab addr "$server")" >"$WORK/$tag.client" 2>&1; then
+        cat "$WORK/$tag.client" "$WORK/$tag.server" >&2
+        wait "$spid" || true
+        fail "client of $* failed"
+    fi
+    wait "$spid" || { cat "$WORK/$tag.server" >&2; fail "server of $* failed"; }
+}
+
+# perftest_bw FILE: the "BW average[MB/sec]" column of perftest's report.
+perftest_bw() { awk '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+/ { print $4 }' "$1" | tail -1; }
+
+fab up --hosts 2 --paths 4 >/dev/null
+
+case $scenario in
+perftest)
+    for loss in 0 0.01; do
+        fab set all --loss "$loss"
+        for prog in ib_write_bw ib_read_bw ib_send_bw; do
+            pair 120 h1 h0 $((18600 + RANDOM % 300)) "$prog" -d mr0 -x 0 -s 65536 -n 2000 -F
+            bw=$(perftest_bw "$WORK/$prog-"*.client)
+            rm -f "$WORK/$prog-"*
+            between "${bw:-0}" 0.001 1e9 || fail "$prog at loss $loss reported no bandwidth"
+            pass "$prog at loss $loss: $bw MB/s"
+        done
+        pair 120 h1 h0 $((18900 + RANDOM % 99)) ib_write_lat -d mr0 -x 0 -s 64 -n 1000 -F
+        lat=$(awk '/^ *64 +1000/ { print $6 }' "$WORK"/ib_write_lat-*.client)
+        rm -f "$WORK"/ib_write_lat-*
+        between "${lat:-0}" 0.001 1e9 || fail "ib_write_lat at loss $loss reported no latency"
+        pass "ib_write_lat at loss $loss: typical $lat usec"
+    done
+    ;;
+verified)
+    fab set all --loss 0.05
+    for t in write read send; do
+        pair 180 h1 h0 $((19000 + RANDOM % 300)) "$PERF" -d mr0 --test "$t" -s 65536 -n 1500
+        grep -q '"verified":true' "$WORK"/metaroce-perf-*.client || fail "$t: data not verified"
+        pass "metaroce-perf $t at 5% loss: $(grep -o '"gbps":[0-9.]*' "$WORK"/metaroce-perf-*.client), verified"
+        rm -f "$WORK"/metaroce-perf-*
+    done
+    ;;
+two-pairs)
+    fab up --hosts 4 --paths 4 >/dev/null
+    pair 180 h1 h0 19400 "$PERF" -d mr0 --test write -s 65536 -n 3000 &
+    first=$!
+    pair 180 h3 h2 19401 "$PERF" -d mr0 --test write -s 65536 -n 3000
+    wait "$first" || fail "the first pair failed"
+    for f in "$WORK"/metaroce-perf-*.client; do grep -q '"verified":true' "$f" || fail "$f not verified"; done
+    pass "two pairs at once, both verified"
+    ;;
+blackhole)
+    ( sleep 1.5; fab set 2 --blackhole on ) &
+    PIDS+=($!)
+    pair 180 h1 h0 19500 "$PERF" -d mr0 --test write -s 65536 -n 20000
+    grep -q '"verified":true' "$WORK"/metaroce-perf-*.client || fail "not verified"
+    [[ $(fab status --json | json - 'd["paths"][2]["left_to_right"]["blackhole_drops"]') -gt 0 ]] ||
+        fail "the blackhole dropped nothing: the transfer ended before it"
+    pass "path 2 blackholed mid-transfer: completed and verified"
+    ;;
+peer-killed)
+    port=19600
+    timeout 120 ip netns exec "${PREFIX}-h1" "$RUN" --dev mr0=eth0 $RUN_ARGS "$PERF" -d mr0 --test write \
+        -s 65536 -n 10000000 -p "$port" >"$WORK/server" 2>&1 &
+    spid=$!
+    PIDS+=($spid)
+    sleep 0.5
+    start=$(date +%s.%N)
+    timeout 120 ip netns exec "${PREFIX}-h0" "$RUN" --dev mr0=eth0 $RUN_ARGS "$PERF" -d mr0 --test write \
+        -s 65536 -n 10000000 -p "$port" "$(fab addr h1)" >"$WORK/client" 2>&1 &
+    cpid=$!
+    sleep 2
+    pkill -9 -P "$spid" 2>/dev/null || true
+    kill -9 "$spid" 2>/dev/null || true
+    killed=$(date +%s.%N)
+    rc=0
+    wait "$cpid" || rc=$?
+    ended=$(date +%s.%N)
+    grep -q "transport retry counter exceeded" "$WORK/client" || { cat "$WORK/client" >&2; fail "client did not report RETRY_EXC_ERR (rc $rc)"; }
+    (( rc == 1 )) || fail "client exit status $rc"
+    # metaroce-perf sets timeout 14 (67 ms) and retry_cnt 7: 8 intervals, ~0.54 s.
+    took=$(awk -v a="$killed" -v b="$ended" 'BEGIN { printf "%.2f", b - a }')
+    between "$took" 0 5 || fail "the client noticed only after $took s"
+    pass "peer killed: client got RETRY_EXC_ERR after $took s (started $(awk -v a="$start" -v b="$killed" 'BEGIN { printf "%.1f", b - a }') s into the transfer)"
+    ;;
+stray)
+    dst=$(fab addr h1)
+    ( for i in 1 2 3; do
+          timeout 5 ip netns exec "${PREFIX}-h0" "$BLASTER" send --to "$dst:4792" --seconds 1 --ports 8 \
+              --payload 300 --rate 50 >/dev/null 2>&1 || true
+      done ) &
+    PIDS+=($!)
+    pair 180 h1 h0 19700 "$PERF" -d mr0 --test write -s 65536 -n 8000
+    grep -q '"verified":true' "$WORK"/metaroce-perf-*.client || fail "not verified"
+    pass "garbage at the home port during a transfer: completed and verified"
+    ;;
+*)
+    fail "unknown scenario $scenario"
+    ;;
+esac

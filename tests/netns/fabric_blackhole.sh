@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+# --blackhole on drops everything on one path (in both directions) while the
+# other paths keep carrying their flows; --blackhole off restores the path.
+source "$(dirname "$0")/lib.sh"
+require_netns
+use_prefix mrt-bh
+
+K=4
+fab up --hosts 2 --paths "$K" >/dev/null
+stat() { fab status --json | json - "d[\"paths\"][$1][\"$2\"][\"$3\"]"; }
+
+fab set 1 --blackhole on
+[[ $(fab status --json | json - 'd["paths"][1]["blackhole"]') == true ]] || fail "status does not show the blackhole"
+delivered0=$(stat 1 left_to_right delivered_packets)
+blast 2 --ports 64 --sport-base 47000 --payload 1400 --rate 500
+offered=$(stat 1 left_to_right offered_packets)
+dropped=$(stat 1 left_to_right blackhole_drops)
+delivered=$(( $(stat 1 left_to_right delivered_packets) - delivered0 ))
+sent=$(json "$WORK/send.json" 'd["packets"]')
+recv=$(json "$WORK/recv.json" 'd["packets"]')
+note "p1 blackholed: offered $offered dropped $dropped delivered $delivered; sent $sent received $recv"
+(( offered > 5000 )) || fail "too few packets on p1 ($offered) to judge"
+(( dropped == offered )) || fail "blackhole dropped $dropped of $offered"
+(( delivered == 0 )) || fail "$delivered packets crossed the blackholed path"
+# What arrives is what the other paths carried.
+others=0
+for k in 0 2 3; do others=$((others + $(stat $k left_to_right offered_packets))); done
+(( recv >= others * 98 / 100 && recv <= others )) || fail "received $recv, other paths carried $others"
+(( recv < sent )) || fail "nothing was lost ($recv of $sent)"
+pass "blackhole on p1 dropped all $offered of its packets; $recv of $sent arrived via p0, p2, p3"
+
+# Right to left as well.
+dst=$(fab addr h0)
+ip netns exec "${PREFIX}-h0" "$BLASTER" recv --bind "$dst:5003" --seconds 5 --idle 0.5 >/dev/null &
+RECV_PID=$!
+sleep 0.3
+fab exec h1 "$BLASTER" send --to "$dst:5003" --seconds 1 --ports 64 --sport-base 48000 --rate 300 >/dev/null
+wait "$RECV_PID"; RECV_PID=
+offered=$(stat 1 right_to_left offered_packets)
+dropped=$(stat 1 right_to_left blackhole_drops)
+(( offered > 1000 && dropped == offered )) || fail "right->left: dropped $dropped of $offered"
+pass "blackhole applies right->left too ($dropped of $offered)"
+
+# Off again: everything arrives, and p1 carries traffic.
+fab set 1 --blackhole off
+[[ $(fab status --json | json - 'd["paths"][1]["blackhole"]') == false ]] || fail "status still shows the blackhole"
+d0=$(stat 1 left_to_right delivered_packets)
+blast 1 --ports 64 --sport-base 47000 --payload 1400 --rate 500
+d1=$(stat 1 left_to_right delivered_packets)
+sent=$(json "$WORK/send.json" 'd["packets"]')
+recv=$(json "$WORK/recv.json" 'd["packets"]')
+(( recv >= sent * 99 / 100 )) || fail "after blackhole off: received $recv of $sent"
+(( d1 - d0 > 1000 )) || fail "p1 carried only $((d1 - d0)) packets after blackhole off"
+pass "blackhole off restores p1 ($((d1 - d0)) packets) and delivery ($recv of $sent)"
+
+# Blackhole on all paths: nothing gets through.
+fab set all --blackhole on
+blast 0.5 --ports 16 --payload 1400 --rate 200
+[[ $(json "$WORK/recv.json" 'd["packets"]') == 0 ]] || fail "packets crossed an all-blackholed fabric"
+pass "blackhole on all paths cuts h0 from h1"
