@@ -44,6 +44,12 @@ struct RuntimeOptions {
   uint64_t test_seed = 1;
   // Kernel socket buffer sizes to request (SO_RCVBUF/SO_SNDBUF; capped by rmem_max/wmem_max).
   int socket_buffer_bytes = 8 << 20;
+  // Added by the implementation: the progress thread lets the engine's clock
+  // run up to this far ahead of CLOCK_MONOTONIC while draining poll_transmit,
+  // so that one iteration releases a paced burst (GSO runs, one syscall)
+  // rather than one datagram per path. Timers may fire this much early.
+  // Capped at a quarter of the engine's minimum RTO; 0 = strictly paced.
+  transport::Time pacing_horizon_ns = 100'000;
 };
 
 struct RuntimeStats {
@@ -58,6 +64,10 @@ struct RuntimeStats {
   uint64_t unknown_sender_drops = 0;  // datagram whose (address, home port) maps to no peer
   uint64_t send_errors = 0;
   uint64_t progress_wakeups = 0;
+  // Added by the implementation:
+  uint64_t gso_sends = 0;        // sends that carried several datagrams (UDP_SEGMENT)
+  uint64_t gro_receives = 0;     // receives that delivered several datagrams (UDP_GRO)
+  uint64_t truncated_drops = 0;  // datagrams larger than the receive buffer (never the engine's)
 };
 
 class Runtime {

@@ -160,6 +160,15 @@ PostResult Endpoint::modify_qp_to_rts(uint32_t qpn) {
   return PostResult::Ok;
 }
 
+PostResult Endpoint::modify_qp_to_rts(uint32_t qpn, const QpConfig& config) {
+  QueuePair* qp = find_qp(qpn);
+  if (!qp) return PostResult::NoSuchObject;
+  if (qp->state() != QpState::ReadyToReceive) return PostResult::BadState;
+  qp->set_requester_config(config);
+  qp->to_rts();
+  return PostResult::Ok;
+}
+
 PostResult Endpoint::modify_qp_to_error(uint32_t qpn) {
   QueuePair* qp = find_qp(qpn);
   if (!qp) return PostResult::NoSuchObject;

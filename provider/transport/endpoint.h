@@ -72,6 +72,9 @@ class Endpoint {
   PostResult modify_qp_to_init(uint32_t qpn);
   PostResult modify_qp_to_rtr(uint32_t qpn, PeerId peer, uint32_t remote_qpn, const QpConfig& config);
   PostResult modify_qp_to_rts(uint32_t qpn);
+  // RTR -> RTS taking the requester attributes verbs sets at this step
+  // (timeout, retry_cnt, rnr_retry, max_rd_atomic).
+  PostResult modify_qp_to_rts(uint32_t qpn, const QpConfig& config);
   PostResult modify_qp_to_error(uint32_t qpn);
   PostResult modify_qp_to_reset(uint32_t qpn);
   std::optional<QpState> qp_state(uint32_t qpn) const;

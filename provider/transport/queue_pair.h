@@ -53,6 +53,12 @@ class QueuePair {
   void to_init() { state_ = QpState::Init; }
   void to_rtr(Connection* connection, uint32_t remote_qpn, const QpConfig& config);
   void to_rts() { state_ = QpState::ReadyToSend; }
+  void set_requester_config(const QpConfig& config) {
+    config_.retry_cnt = config.retry_cnt;
+    config_.rnr_retry = config.rnr_retry;
+    config_.timeout_ns = config.timeout_ns;
+    config_.max_rd_atomic = config.max_rd_atomic;
+  }
   // Flushes every outstanding work request and stops the stream.
   void to_error();
   void to_reset();

@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//
+// What the progress loop needs from the kernel, in two implementations:
+// io_uring (uring_backend.cpp) and sendmmsg/recvmmsg + ppoll
+// (mmsg_backend.cpp). A backend belongs to the progress thread; nothing in it
+// is thread-safe.
+//
+// Per iteration the loop calls: wait(deadline) -> receive() -> tx_batch() ->
+// (engine) -> release_received() -> send(batch).
+#pragma once
+
+#include <time.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "rx_slots.h"
+#include "tx_batch.h"
+#include "types.h"
+
+namespace metaroce::io {
+
+struct BackendConfig {
+  int home_fd = -1;           // receives everything
+  std::vector<int> path_fds;  // send socket per path
+  int event_fd = -1;          // kick()
+  uint32_t rx_slots = 64;
+  uint32_t rx_buffer_bytes = kGroBufferBytes;
+  uint32_t tx_capacity = 256;  // datagrams per batch
+  uint32_t tx_slot_bytes = 0;  // >= the engine's max_datagram_bytes()
+  bool gso = false;            // UDP_SEGMENT usable
+  const std::atomic<bool>* stop = nullptr;
+};
+
+struct BackendCounters {
+  uint64_t datagrams_sent = 0;  // handed to the kernel
+  uint64_t send_syscalls = 0;
+  uint64_t receive_syscalls = 0;
+  uint64_t send_errors = 0;     // datagrams the kernel refused
+  uint64_t gso_sends = 0;       // messages carrying more than one datagram
+};
+
+inline transport::Time monotonic_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<transport::Time>(ts.tv_sec) * 1'000'000'000 + static_cast<transport::Time>(ts.tv_nsec);
+}
+
+class IoBackend {
+ public:
+  explicit IoBackend(bool gso) : gso_(gso) {}
+  virtual ~IoBackend() = default;
+  IoBackend(const IoBackend&) = delete;
+  IoBackend& operator=(const IoBackend&) = delete;
+
+  virtual bool is_io_uring() const = 0;
+  // False after the kernel refused a UDP_SEGMENT send (e.g. gso_size above the
+  // device MTU): later batches go out one datagram per message.
+  bool gso() const { return gso_; }
+
+  // Hands the kernel any queued sends, then sleeps until a datagram arrives,
+  // a kick, or `deadline` (CLOCK_MONOTONIC ns; kNever: no timeout). Does not
+  // sleep when deadline <= now or when received data is already waiting.
+  // Returns how many times it slept.
+  virtual uint32_t wait(transport::Time deadline) = 0;
+  // True once per consumed kick (eventfd signal).
+  bool take_kick() {
+    const bool kicked = kicked_;
+    kicked_ = false;
+    return kicked;
+  }
+  // Messages received so far, without blocking; valid until release_received().
+  virtual std::span<const RxMessage> receive() = 0;
+  virtual void release_received() = 0;
+  // An empty batch to fill (may wait for the kernel to finish with it).
+  virtual TxBatch& tx_batch() = 0;
+  // Sends a built batch (io_uring: queued, submitted by the next wait()).
+  virtual void send(TxBatch& batch) = 0;
+
+  const BackendCounters& counters() const { return counters_; }
+
+ protected:
+  bool gso_;
+  bool kicked_ = false;
+  BackendCounters counters_;
+};
+
+// Null (with the reason) when io_uring cannot be used here.
+std::unique_ptr<IoBackend> make_uring_backend(const BackendConfig& config, std::string& reason);
+std::unique_ptr<IoBackend> make_mmsg_backend(const BackendConfig& config);
+
+}  // namespace metaroce::io

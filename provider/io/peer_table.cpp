@@ -1,0 +1,109 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+#include "peer_table.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace metaroce::io {
+
+bool make_peer_key(const sockaddr_storage& address, uint16_t port, PeerKey& key) {
+  key.port = port;
+  if (address.ss_family == AF_INET) {
+    const auto& v4 = reinterpret_cast<const sockaddr_in&>(address);
+    key.ip.fill(0);
+    key.ip[10] = 0xff;
+    key.ip[11] = 0xff;
+    std::memcpy(key.ip.data() + 12, &v4.sin_addr, 4);
+    return true;
+  }
+  if (address.ss_family == AF_INET6) {
+    const auto& v6 = reinterpret_cast<const sockaddr_in6&>(address);
+    std::memcpy(key.ip.data(), &v6.sin6_addr, 16);
+    return true;
+  }
+  return false;
+}
+
+namespace {
+
+bool is_v4_mapped(const PeerKey& key) {
+  static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return std::memcmp(key.ip.data(), kPrefix, sizeof kPrefix) == 0;
+}
+
+// The destination for `key` in the sockets' family; length 0 if impossible.
+socklen_t make_destination(int family, const PeerKey& key, sockaddr_storage& out) {
+  std::memset(&out, 0, sizeof out);
+  if (family == AF_INET) {
+    if (!is_v4_mapped(key)) return 0;
+    auto& v4 = reinterpret_cast<sockaddr_in&>(out);
+    v4.sin_family = AF_INET;
+    v4.sin_port = htons(key.port);
+    std::memcpy(&v4.sin_addr, key.ip.data() + 12, 4);
+    return sizeof(sockaddr_in);
+  }
+  if (is_v4_mapped(key)) return 0;  // IPV6_V6ONLY sockets
+  auto& v6 = reinterpret_cast<sockaddr_in6&>(out);
+  v6.sin6_family = AF_INET6;
+  v6.sin6_port = htons(key.port);
+  std::memcpy(&v6.sin6_addr, key.ip.data(), 16);
+  return sizeof(sockaddr_in6);
+}
+
+uint16_t port_of(const sockaddr_storage& address) {
+  if (address.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(address).sin_port);
+  if (address.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(address).sin6_port);
+  return 0;
+}
+
+}  // namespace
+
+transport::PeerId PeerTable::get_or_add(const sockaddr_storage& address) {
+  PeerKey key;
+  if (!make_peer_key(address, port_of(address), key)) return 0;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < entries_.size(); ++i)
+    if (entries_[i].key == key) return static_cast<transport::PeerId>(i + 1);
+  Entry entry;
+  entry.key = key;
+  entry.length = make_destination(family_, key, entry.destination);
+  entries_.push_back(entry);
+  version_.fetch_add(1, std::memory_order_release);
+  return static_cast<transport::PeerId>(entries_.size());
+}
+
+void PeerTable::refresh(View& view) const {
+  if (version_.load(std::memory_order_acquire) == view.version_) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  view.version_ = version_.load(std::memory_order_relaxed);
+  view.sorted_.clear();
+  view.destinations_.clear();
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    view.sorted_.push_back({entries_[i].key, static_cast<transport::PeerId>(i + 1)});
+    view.destinations_.push_back({entries_[i].destination, entries_[i].length});
+  }
+  std::sort(view.sorted_.begin(), view.sorted_.end(),
+            [](const View::Sorted& a, const View::Sorted& b) { return a.key < b.key; });
+  view.last_peer_ = 0;
+}
+
+transport::PeerId PeerTable::View::lookup(const PeerKey& key) const {
+  if (last_peer_ != 0 && key == last_key_) return last_peer_;
+  auto it = std::lower_bound(sorted_.begin(), sorted_.end(), key,
+                             [](const Sorted& entry, const PeerKey& k) { return entry.key < k; });
+  if (it == sorted_.end() || !(it->key == key)) return 0;
+  last_key_ = key;
+  last_peer_ = it->peer;
+  return it->peer;
+}
+
+const sockaddr_storage* PeerTable::View::destination(transport::PeerId peer, socklen_t& length) const {
+  length = 0;
+  if (peer == 0 || peer > destinations_.size()) return nullptr;
+  const Destination& d = destinations_[peer - 1];
+  if (d.length == 0) return nullptr;
+  length = d.length;
+  return &d.address;
+}
+
+}  // namespace metaroce::io

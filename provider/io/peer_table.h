@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//
+// Remote endpoints by (IP address, home port) <-> transport::PeerId. The
+// table is shared (peer_for() may run on any thread) and grows only; the
+// progress thread works on a private View that it refreshes when the table's
+// version changes, so that per-datagram lookups take no lock and allocate
+// nothing.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <array>
+#include <atomic>
+#include <compare>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "types.h"
+
+namespace metaroce::io {
+
+// An address in IPv6 form (IPv4 as ::ffff:a.b.c.d) and a port, host order.
+struct PeerKey {
+  std::array<uint8_t, 16> ip{};
+  uint16_t port = 0;
+  auto operator<=>(const PeerKey&) const = default;
+  bool operator==(const PeerKey&) const = default;
+};
+
+// The key of `address` (its IP) with `port`; false for non-IP families.
+bool make_peer_key(const sockaddr_storage& address, uint16_t port, PeerKey& key);
+
+class PeerTable {
+ public:
+  // `family` is that of the local sockets (AF_INET or AF_INET6): destinations
+  // are kept in that form.
+  explicit PeerTable(int family) : family_(family) {}
+
+  // Thread-safe. Ids start at 1. Returns 0 for an address that is not IP.
+  transport::PeerId get_or_add(const sockaddr_storage& address);
+
+  // The progress thread's lock-free copy.
+  class View {
+   public:
+    // 0 when the key is unknown.
+    transport::PeerId lookup(const PeerKey& key) const;
+    // Destination of `peer`; null (and length 0) when unknown or of another
+    // family than the sockets.
+    const sockaddr_storage* destination(transport::PeerId peer, socklen_t& length) const;
+
+   private:
+    friend class PeerTable;
+    struct Sorted {
+      PeerKey key;
+      transport::PeerId peer;
+    };
+    std::vector<Sorted> sorted_;  // by key
+    struct Destination {
+      sockaddr_storage address;
+      socklen_t length;
+    };
+    std::vector<Destination> destinations_;  // index peer - 1
+    uint64_t version_ = 0;
+    mutable PeerKey last_key_{};
+    mutable transport::PeerId last_peer_ = 0;
+  };
+  // Brings `view` up to date (cheap when nothing changed).
+  void refresh(View& view) const;
+
+ private:
+  struct Entry {
+    PeerKey key;
+    sockaddr_storage destination;
+    socklen_t length;
+  };
+  const int family_;
+  mutable std::mutex mutex_;
+  std::vector<Entry> entries_;  // index peer - 1
+  std::atomic<uint64_t> version_{0};
+};
+
+}  // namespace metaroce::io

@@ -1,0 +1,432 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//
+// Runtime: sockets, the peer table, the engine and the progress thread.
+//
+// Progress loop, one iteration:
+//   1. backend.wait(deadline): hand queued sends to the kernel and sleep until
+//      a datagram, a kick (eventfd) or the engine's next_wakeup();
+//   2. collect received messages (GRO super-datagrams included);
+//   3. under the engine lock: feed every datagram (after the test drop), run
+//      on_timer if due, drain poll_transmit into a preallocated batch;
+//   4. outside the lock: re-arm the receive buffers, group the batch into
+//      (GSO) send messages and send it.
+// The loop sleeps without timeout when the engine is idle (next_wakeup ==
+// kNever), so an idle runtime costs nothing.
+//
+// Pacing horizon: the engine paces each path with no burst credit, so at a
+// fixed `now` it releases one datagram per path. To batch, the loop lets the
+// engine's clock run ahead of CLOCK_MONOTONIC by up to the horizon while
+// draining (always monotonic), and wakes half a horizon before the engine's
+// next release: each iteration sends about half a horizon of paced traffic in
+// one submission, and wake-up latency below half a horizon costs no rate.
+//
+// Unknown senders: a datagram whose (source IP, header home port) was never
+// named by peer_for(), or too short to carry a home port, is counted in
+// unknown_sender_drops and never reaches the engine (the engine would only
+// decode it to drop it, under the lock).
+#include "runtime.h"
+
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <future>
+#include <thread>
+
+#include "io_backend.h"
+#include "metaroce/wire.h"
+#include "peer_table.h"
+#include "udp_socket.h"
+
+namespace metaroce::io {
+namespace {
+
+// Sleep used when an iteration did nothing although the engine claims to be
+// due: never spin on a stale wakeup time.
+constexpr transport::Time kStaleWakeupSleepNs = 20'000;
+constexpr unsigned long kTimerSlackNs = 5'000;
+
+void log_fallback_once(const std::string& reason) {
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    const char* env = std::getenv("METAROCE_LOG");
+    if (env == nullptr || *env == '\0') return;
+    std::fprintf(stderr, "metaroce: io_uring unavailable (%s); using sendmmsg/recvmmsg\n", reason.c_str());
+  });
+}
+
+// splitmix64: the test drop decisions, reproducible from the seed.
+class DropRng {
+ public:
+  explicit DropRng(uint64_t seed) : state_(seed) {}
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+
+ private:
+  uint64_t state_;
+};
+
+uint64_t drop_threshold(double probability) {
+  if (!(probability > 0)) return 0;
+  if (probability >= 1) return UINT64_MAX;
+  return static_cast<uint64_t>(probability * 18446744073709551616.0);
+}
+
+class RuntimeImpl final : public Runtime {
+ public:
+  explicit RuntimeImpl(const RuntimeOptions& options)
+      : options_(options), rng_(options.test_seed), drop_threshold_(drop_threshold(options.test_drop_probability)) {}
+
+  ~RuntimeImpl() override {
+    stop_.store(true);
+    if (thread_.joinable()) {
+      const uint64_t one = 1;
+      (void)!::write(event_fd_.get(), &one, sizeof one);
+      thread_.join();
+    }
+  }
+
+  bool start(std::string& error);
+
+  uint16_t home_port() const override { return home_port_; }
+  sockaddr_storage local_address() const override { return local_; }
+  transport::PeerId peer_for(const sockaddr_storage& address) override { return peers_->get_or_add(address); }
+
+  void set_completion_listener(std::function<void(uint32_t cq)> listener) override {
+    std::lock_guard<std::mutex> lock(engine_mutex_);
+    engine_->set_completion_observer(std::move(listener));
+  }
+
+  RuntimeStats stats() const override;
+
+ protected:
+  transport::Endpoint& engine() override { return *engine_; }
+
+  void kick() override {
+    // Coalesced: one eventfd write until the progress thread consumes it.
+    if (kick_pending_.exchange(true)) return;
+    const uint64_t one = 1;
+    (void)!::write(event_fd_.get(), &one, sizeof one);
+  }
+
+ private:
+  // Written by the progress thread only; published to `shared_` per iteration.
+  struct Counters {
+    uint64_t datagrams_received = 0;
+    uint64_t test_drops = 0;
+    uint64_t unknown_sender_drops = 0;
+    uint64_t truncated_drops = 0;
+    uint64_t gro_receives = 0;
+    uint64_t progress_wakeups = 0;
+    uint64_t unroutable = 0;  // datagrams for a peer without a usable address
+  };
+  struct Shared {
+    std::atomic<bool> io_uring{false};
+    std::atomic<bool> gso{false};
+    std::atomic<uint64_t> datagrams_sent{0}, datagrams_received{0}, send_syscalls{0}, receive_syscalls{0},
+        test_drops{0}, unknown_sender_drops{0}, send_errors{0}, progress_wakeups{0}, gso_sends{0},
+        gro_receives{0}, truncated_drops{0};
+  };
+
+  bool open_home_socket(std::string& error);
+  void run(std::promise<std::string>& started);
+  void progress_loop(IoBackend& io);
+  void deliver(const RxMessage& message, transport::Time now);
+  void publish(const IoBackend& io);
+
+  const RuntimeOptions options_;
+  Fd home_;
+  std::vector<Fd> paths_;
+  Fd event_fd_;
+  sockaddr_storage local_{};
+  uint16_t home_port_ = 0;
+  bool gro_ = false;
+  bool gso_ = false;
+  std::unique_ptr<transport::Endpoint> engine_;
+  uint16_t path_count_ = 1;
+  size_t max_datagram_ = 0;
+  transport::Time horizon_ns_ = 0;
+  std::unique_ptr<PeerTable> peers_;
+
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> kick_pending_{false};
+
+  // Progress thread state.
+  PeerTable::View view_;
+  DropRng rng_;
+  const uint64_t drop_threshold_;
+  Counters counters_;
+  Shared shared_;
+  transport::Time engine_clock_ = 0;
+};
+
+bool RuntimeImpl::open_home_socket(std::string& error) {
+  sockaddr_storage address{};
+  if (make_address(options_.local_address, 0, address) == 0) {
+    error = "invalid local address '" + options_.local_address + "'";
+    return false;
+  }
+  auto try_port = [&](uint16_t port, int& bind_errno) {
+    sockaddr_storage candidate{};
+    make_address(options_.local_address, port, candidate);
+    home_ = open_udp_socket(candidate, options_.socket_buffer_bytes, error, bind_errno);
+    if (!home_.valid()) return false;
+    local_ = candidate;
+    home_port_ = port;
+    return true;
+  };
+  int bind_errno = 0;
+  if (options_.home_port != 0) return try_port(options_.home_port, bind_errno);
+  const uint32_t first = options_.home_port_first;
+  const uint32_t last = std::min<uint32_t>(first + options_.home_port_count, 65536);
+  for (uint32_t port = std::max<uint32_t>(first, 1); port < last; ++port) {
+    if (try_port(static_cast<uint16_t>(port), bind_errno)) return true;
+    if (bind_errno != EADDRINUSE && bind_errno != EACCES) return false;
+  }
+  error = "no free home port in [" + std::to_string(first) + ", " + std::to_string(last) + ") on " +
+          options_.local_address;
+  return false;
+}
+
+bool RuntimeImpl::start(std::string& error) {
+  if (!(options_.test_drop_probability >= 0 && options_.test_drop_probability <= 1)) {
+    error = "test_drop_probability must be in [0, 1]";
+    return false;
+  }
+  if (!open_home_socket(error)) return false;
+  peers_ = std::make_unique<PeerTable>(local_.ss_family);
+
+  transport::EndpointConfig config = options_.endpoint;
+  config.home_port = home_port_;
+  engine_ = std::make_unique<transport::Endpoint>(config);
+  path_count_ = std::max<uint16_t>(engine_->config().paths, 1);
+  max_datagram_ = engine_->max_datagram_bytes();
+  horizon_ns_ = std::min(options_.pacing_horizon_ns, engine_->min_rto() / 4);
+
+  sockaddr_storage path_address{};
+  make_address(options_.local_address, 0, path_address);
+  for (uint16_t i = 0; i < path_count_; ++i) {
+    int bind_errno = 0;
+    Fd fd = open_udp_socket(path_address, options_.socket_buffer_bytes, error, bind_errno);
+    if (!fd.valid()) {
+      error = "path socket: " + error;
+      return false;
+    }
+    paths_.push_back(std::move(fd));
+  }
+  gro_ = options_.use_gro && enable_udp_gro(home_.get());
+  gso_ = options_.use_gso && udp_gso_supported(paths_.front().get());
+
+  event_fd_ = Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!event_fd_.valid()) {
+    error = std::string("eventfd: ") + std::strerror(errno);
+    return false;
+  }
+
+  std::promise<std::string> started;
+  std::future<std::string> result = started.get_future();
+  thread_ = std::thread([this, &started] { run(started); });
+  error = result.get();
+  if (!error.empty()) {
+    thread_.join();
+    return false;
+  }
+  return true;
+}
+
+void RuntimeImpl::run(std::promise<std::string>& started) {
+  pthread_setname_np(pthread_self(), "metaroce-io");
+  // Timed sleeps end within a few microseconds of the deadline (the default
+  // slack is 50 us), well inside the pacing horizon.
+  (void)prctl(PR_SET_TIMERSLACK, kTimerSlackNs);
+  BackendConfig config;
+  config.home_fd = home_.get();
+  for (const Fd& fd : paths_) config.path_fds.push_back(fd.get());
+  config.event_fd = event_fd_.get();
+  config.rx_slots = gro_ ? 64 : 256;
+  config.rx_buffer_bytes = gro_ ? kGroBufferBytes : static_cast<uint32_t>(std::max<size_t>(max_datagram_, 2048));
+  config.tx_capacity = 256;
+  config.tx_slot_bytes = static_cast<uint32_t>(max_datagram_);
+  config.gso = gso_;
+  config.stop = &stop_;
+
+  std::unique_ptr<IoBackend> io;
+  if (options_.allow_io_uring) {
+    std::string reason;
+    io = make_uring_backend(config, reason);
+    if (!io) log_fallback_once(reason);
+  }
+  if (!io) io = make_mmsg_backend(config);
+  shared_.io_uring.store(io->is_io_uring());
+  publish(*io);
+  started.set_value(std::string());  // `started` must not be touched after this
+  progress_loop(*io);
+}
+
+void RuntimeImpl::progress_loop(IoBackend& io) {
+  transport::Time deadline = 0;
+  while (!stop_.load(std::memory_order_acquire)) {
+    counters_.progress_wakeups += io.wait(deadline);
+    // Cleared before the engine is examined: a with_engine() after this point
+    // kicks again.
+    if (io.take_kick()) kick_pending_.store(false);
+    if (stop_.load(std::memory_order_acquire)) break;
+
+    // The batch first: making one free may reap completions, which must not
+    // move the received messages while we hold a view of them.
+    TxBatch& batch = io.tx_batch();
+    const std::span<const RxMessage> received = io.receive();
+    transport::Time real = 0;
+    transport::Time clock = 0;
+    transport::Time next = transport::kNever;
+    {
+      std::lock_guard<std::mutex> lock(engine_mutex_);
+      real = Runtime::now();
+      // The engine's clock never goes backwards, and may be ahead of `real`
+      // by up to the pacing horizon after a burst.
+      clock = std::max(real, engine_clock_);
+      peers_->refresh(view_);
+      for (const RxMessage& message : received) deliver(message, clock);
+      bool timers_run = false;  // on_timer already ran at `clock`
+      if (engine_->next_wakeup() <= clock) {
+        engine_->on_timer(clock);
+        timers_run = true;
+      }
+      const transport::Time horizon = real + horizon_ns_;
+      while (!batch.full()) {
+        const std::optional<transport::TxDatagram> datagram = engine_->poll_transmit(clock, batch.next_slot());
+        if (datagram) {
+          batch.commit(datagram->peer, datagram->path_id, datagram->length);
+          continue;
+        }
+        // Nothing due at `clock`. A timer due: run it once. Otherwise let
+        // the clock move to the next pacing release within the horizon.
+        const transport::Time due = engine_->next_wakeup();
+        if (due <= clock) {
+          if (timers_run) break;
+          engine_->on_timer(clock);
+          timers_run = true;
+          continue;
+        }
+        if (due > horizon) break;
+        clock = due;
+        timers_run = false;
+      }
+      engine_clock_ = clock;
+      next = engine_->next_wakeup();
+    }
+    io.release_received();
+    const bool worked = !received.empty() || batch.size() > 0;
+    if (batch.size() > 0) {
+      batch.build(view_, path_count_, io.gso(), counters_.unroutable);
+      io.send(batch);
+    }
+    if (batch.full()) {
+      deadline = 0;  // more to transmit right away
+    } else if (next == transport::kNever) {
+      deadline = transport::kNever;
+    } else if (!worked && next <= clock) {
+      deadline = real + kStaleWakeupSleepNs;  // never spin on a stale wakeup time
+    } else {
+      // Wake half a horizon before `next`: the next burst then starts where
+      // this one ended (no pacing credit lost to wake-up latency) and spans
+      // about half a horizon.
+      deadline = next > horizon_ns_ / 2 ? next - horizon_ns_ / 2 : 0;
+    }
+    publish(io);
+  }
+}
+
+void RuntimeImpl::deliver(const RxMessage& message, transport::Time now) {
+  if (message.truncated || message.length == 0) {
+    ++counters_.datagrams_received;
+    if (message.truncated) ++counters_.truncated_drops;
+    else ++counters_.unknown_sender_drops;
+    return;
+  }
+  const uint32_t step = message.segment != 0 ? message.segment : message.length;
+  if (step < message.length) ++counters_.gro_receives;
+  PeerKey key;
+  const bool addressable = make_peer_key(*message.from, 0, key);
+  for (uint32_t offset = 0; offset < message.length; offset += step) {
+    const std::span<const uint8_t> datagram(message.data + offset, std::min(step, message.length - offset));
+    ++counters_.datagrams_received;
+    if (drop_threshold_ != 0 && rng_.next() < drop_threshold_) {
+      ++counters_.test_drops;
+      continue;
+    }
+    transport::PeerId peer = 0;
+    if (addressable) {
+      if (const std::optional<uint16_t> port = wire::peek_home_port(datagram)) {
+        key.port = *port;
+        peer = view_.lookup(key);
+      }
+    }
+    if (peer == 0) {
+      ++counters_.unknown_sender_drops;
+      continue;
+    }
+    engine_->on_datagram(now, peer, datagram, message.ce);
+  }
+}
+
+void RuntimeImpl::publish(const IoBackend& io) {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  const BackendCounters& b = io.counters();
+  shared_.gso.store(gso_ && io.gso(), relaxed);
+  shared_.datagrams_sent.store(b.datagrams_sent, relaxed);
+  shared_.send_syscalls.store(b.send_syscalls, relaxed);
+  shared_.receive_syscalls.store(b.receive_syscalls, relaxed);
+  shared_.send_errors.store(b.send_errors + counters_.unroutable, relaxed);
+  shared_.gso_sends.store(b.gso_sends, relaxed);
+  shared_.datagrams_received.store(counters_.datagrams_received, relaxed);
+  shared_.test_drops.store(counters_.test_drops, relaxed);
+  shared_.unknown_sender_drops.store(counters_.unknown_sender_drops, relaxed);
+  shared_.truncated_drops.store(counters_.truncated_drops, relaxed);
+  shared_.gro_receives.store(counters_.gro_receives, relaxed);
+  shared_.progress_wakeups.store(counters_.progress_wakeups, relaxed);
+}
+
+RuntimeStats RuntimeImpl::stats() const {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  RuntimeStats s;
+  s.io_uring = shared_.io_uring.load(relaxed);
+  s.gso = shared_.gso.load(relaxed);
+  s.gro = gro_;
+  s.datagrams_sent = shared_.datagrams_sent.load(relaxed);
+  s.datagrams_received = shared_.datagrams_received.load(relaxed);
+  s.send_syscalls = shared_.send_syscalls.load(relaxed);
+  s.receive_syscalls = shared_.receive_syscalls.load(relaxed);
+  s.test_drops = shared_.test_drops.load(relaxed);
+  s.unknown_sender_drops = shared_.unknown_sender_drops.load(relaxed);
+  s.send_errors = shared_.send_errors.load(relaxed);
+  s.progress_wakeups = shared_.progress_wakeups.load(relaxed);
+  s.gso_sends = shared_.gso_sends.load(relaxed);
+  s.gro_receives = shared_.gro_receives.load(relaxed);
+  s.truncated_drops = shared_.truncated_drops.load(relaxed);
+  return s;
+}
+
+}  // namespace
+
+std::unique_ptr<Runtime> Runtime::create(const RuntimeOptions& options, std::string& error) {
+  auto runtime = std::make_unique<RuntimeImpl>(options);
+  error.clear();
+  if (!runtime->start(error)) return nullptr;
+  return runtime;
+}
+
+transport::Time Runtime::now() { return monotonic_ns(); }
+
+}  // namespace metaroce::io

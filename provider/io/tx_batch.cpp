@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+#include "tx_batch.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "metaroce/wire.h"
+
+namespace metaroce::io {
+
+TxBatch::TxBatch(uint32_t capacity, uint32_t slot_bytes)
+    : capacity_(std::max<uint32_t>(capacity, 1)),
+      slot_bytes_((slot_bytes + 63) & ~uint32_t{63}),
+      data_(new uint8_t[size_t{capacity_} * slot_bytes_]),
+      entries_(new Entry[capacity_]),
+      order_(new uint32_t[capacity_]),
+      iovecs_(new iovec[capacity_]),
+      messages_(new mmsghdr[capacity_]()),
+      destinations_(new sockaddr_storage[capacity_]()),
+      controls_(new Control[capacity_]()),
+      info_(new MessageInfo[capacity_]) {
+  bucket_.reserve(wire::kMaxPaths + 1);
+}
+
+void TxBatch::build(const PeerTable::View& peers, uint16_t path_sockets, bool gso, uint64_t& unroutable) {
+  message_count_ = 0;
+  const size_t n = count_;
+  if (n == 0) return;
+  if (path_sockets == 0) path_sockets = 1;
+  if (path_sockets > wire::kMaxPaths) path_sockets = wire::kMaxPaths;
+
+  // Stable counting sort of the datagrams by path socket.
+  bucket_.assign(size_t{path_sockets} + 1, 0);
+  for (size_t i = 0; i < n; ++i) ++bucket_[entries_[i].path % path_sockets + 1];
+  for (size_t s = 1; s <= path_sockets; ++s) bucket_[s] += bucket_[s - 1];
+  for (size_t i = 0; i < n; ++i) order_[bucket_[entries_[i].path % path_sockets]++] = static_cast<uint32_t>(i);
+
+  size_t iov = 0;
+  size_t k = 0;
+  while (k < n) {
+    const uint32_t head_index = order_[k];
+    const Entry& head = entries_[head_index];
+    const uint16_t socket = static_cast<uint16_t>(head.path % path_sockets);
+    socklen_t length = 0;
+    const sockaddr_storage* destination = peers.destination(head.peer, length);
+    if (destination == nullptr) {
+      ++unroutable;
+      ++k;
+      continue;
+    }
+    const size_t first_iov = iov;
+    iovecs_[iov++] = {slot(head_index), head.length};
+    uint32_t segments = 1;
+    uint32_t bytes = head.length;
+    size_t j = k + 1;
+    if (gso) {
+      while (j < n) {
+        const Entry& e = entries_[order_[j]];
+        if (e.path % path_sockets != socket || e.peer != head.peer || e.length > head.length) break;
+        if (segments == kMaxGsoSegments || bytes + e.length > kMaxGsoBytes) break;
+        iovecs_[iov++] = {slot(order_[j]), e.length};
+        ++segments;
+        bytes += e.length;
+        ++j;
+        if (e.length < head.length) break;  // a short datagram ends the run
+      }
+    }
+    const size_t m = message_count_++;
+    std::memcpy(&destinations_[m], destination, length);
+    msghdr& h = messages_[m].msg_hdr;
+    h.msg_name = &destinations_[m];
+    h.msg_namelen = length;
+    h.msg_iov = &iovecs_[first_iov];
+    h.msg_iovlen = segments;
+    if (segments > 1) {
+      h.msg_control = controls_[m].bytes;
+      h.msg_controllen = write_gso_control(controls_[m].bytes, static_cast<uint16_t>(head.length));
+    } else {
+      h.msg_control = nullptr;
+      h.msg_controllen = 0;
+    }
+    h.msg_flags = 0;
+    messages_[m].msg_len = 0;
+    info_[m] = {socket, static_cast<uint16_t>(segments)};
+    k = j;
+  }
+}
+
+}  // namespace metaroce::io

@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//
+// One batch of outgoing datagrams: a preallocated arena the engine writes
+// into (poll_transmit), then the send messages built over it without copying.
+//
+// GSO batching rules (build()):
+//  - datagrams are grouped by path socket, stably, so each path keeps the
+//    engine's order (the receiver treats a path as FIFO); paths are
+//    independent, so interleaving across them is irrelevant;
+//  - within a path, consecutive datagrams to the same peer of the same size
+//    form one UDP_SEGMENT super-datagram (one iovec per datagram, no copy); a
+//    shorter datagram may close a run as its last segment; a run stops at
+//    kMaxGsoSegments segments or kMaxGsoBytes bytes;
+//  - anything else (another peer, a larger datagram) starts a new message.
+#pragma once
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "peer_table.h"
+#include "types.h"
+#include "udp_socket.h"
+
+namespace metaroce::io {
+
+class TxBatch {
+ public:
+  struct MessageInfo {
+    uint16_t socket = 0;    // path socket index
+    uint16_t segments = 0;  // datagrams in the message
+  };
+
+  // `capacity` datagrams of at most `slot_bytes` each.
+  TxBatch(uint32_t capacity, uint32_t slot_bytes);
+
+  void clear() {
+    count_ = 0;
+    message_count_ = 0;
+  }
+  bool full() const { return count_ == capacity_; }
+  size_t size() const { return count_; }
+  uint32_t capacity() const { return capacity_; }
+
+  // Where the next datagram goes (slot_bytes long); requires !full().
+  std::span<uint8_t> next_slot() { return {slot(count_), slot_bytes_}; }
+  void commit(transport::PeerId peer, uint16_t path, uint32_t length) {
+    entries_[count_++] = {peer, path, length};
+  }
+
+  // Builds the send messages (see the rules above). Path ids map onto the
+  // `path_sockets` sockets modulo their count. Datagrams for a peer without a
+  // usable destination are left out and counted in `unroutable`.
+  void build(const PeerTable::View& peers, uint16_t path_sockets, bool gso, uint64_t& unroutable);
+
+  size_t message_count() const { return message_count_; }
+  // Contiguous; messages of one path socket are adjacent.
+  mmsghdr* messages() { return messages_.get(); }
+  const MessageInfo& info(size_t message) const { return info_[message]; }
+
+  // Sends of this batch the kernel has not completed yet (io_uring).
+  uint32_t inflight = 0;
+
+ private:
+  struct Entry {
+    transport::PeerId peer;
+    uint16_t path;
+    uint32_t length;
+  };
+  struct alignas(8) Control {
+    uint8_t bytes[kTxControlBytes];
+  };
+
+  uint8_t* slot(size_t index) { return data_.get() + index * slot_bytes_; }
+
+  const uint32_t capacity_;
+  const uint32_t slot_bytes_;
+  std::unique_ptr<uint8_t[]> data_;
+  std::unique_ptr<Entry[]> entries_;
+  std::unique_ptr<uint32_t[]> order_;
+  std::unique_ptr<iovec[]> iovecs_;
+  std::unique_ptr<mmsghdr[]> messages_;
+  std::unique_ptr<sockaddr_storage[]> destinations_;
+  std::unique_ptr<Control[]> controls_;
+  std::unique_ptr<MessageInfo[]> info_;
+  std::vector<uint32_t> bucket_;  // counting sort by socket
+  size_t count_ = 0;
+  size_t message_count_ = 0;
+};
+
+}  // namespace metaroce::io

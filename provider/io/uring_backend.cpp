@@ -1,0 +1,401 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//
+// The io_uring backend (liburing):
+//  - one multishot recvmsg on the home socket with a provided-buffer ring:
+//    the kernel fills a free buffer per (GRO super-)datagram while the
+//    progress thread is busy elsewhere, and buffers return to the ring once
+//    the engine has consumed them. Kernels without multishot recvmsg get a
+//    small ring of posted recvmsg requests instead (few of them: every armed
+//    request on a socket is woken by every arrival);
+//  - sends as sendmsg requests, a batch's worth queued and submitted with the
+//    next wait: one io_uring_enter per progress iteration carries every send
+//    and collects every completion; several batch arenas rotate so that a
+//    batch the kernel still reads is never overwritten;
+//  - a posted read on the kick eventfd;
+//  - sleeping in io_uring_submit_and_wait_timeout (no timeout request).
+// The ring is set up with DEFER_TASKRUN + SINGLE_ISSUER where the kernel has
+// them (completion work then runs only when this thread enters the kernel),
+// falling back to fewer flags on older kernels.
+#include <liburing.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "io_backend.h"
+#include "provided_buffers.h"
+
+namespace metaroce::io {
+namespace {
+
+constexpr uint64_t kTagRx = 1;
+constexpr uint64_t kTagTx = 2;
+constexpr uint64_t kTagKick = 3;
+constexpr uint64_t kTagCancel = 4;
+constexpr uint64_t kTagRxMultishot = 5;
+constexpr size_t kArenas = 4;
+constexpr uint32_t kPostedReceives = 16;
+constexpr uint16_t kBufferGroup = 0;
+
+uint64_t user_data(uint64_t tag, uint64_t arena, uint64_t index) { return tag << 56 | arena << 32 | index; }
+uint64_t tag_of(uint64_t data) { return data >> 56; }
+uint64_t arena_of(uint64_t data) { return (data >> 32) & 0xff; }
+uint32_t index_of(uint64_t data) { return static_cast<uint32_t>(data); }
+
+__kernel_timespec to_kernel_timespec(transport::Time ns) {
+  __kernel_timespec ts;
+  ts.tv_sec = static_cast<long long>(ns / 1'000'000'000);
+  ts.tv_nsec = static_cast<long long>(ns % 1'000'000'000);
+  return ts;
+}
+
+class UringBackend final : public IoBackend {
+ public:
+  explicit UringBackend(const BackendConfig& config)
+      : IoBackend(config.gso), config_(config) {
+    for (auto& arena : arenas_) arena = std::make_unique<TxBatch>(config.tx_capacity, config.tx_slot_bytes);
+    messages_.reserve(std::max(config.rx_slots, kPostedReceives));
+    ready_slots_.reserve(kPostedReceives);
+    held_buffers_.reserve(size_t{2} * config.rx_slots);  // >= the provided count (a power of two)
+  }
+
+  ~UringBackend() override {
+    if (!ring_ready_) return;
+    // The kernel may still reference our receive buffers, batch arenas and
+    // the eventfd buffer: cancel everything and collect the completions
+    // before the memory goes away (bounded).
+    if (io_uring_sqe* sqe = io_uring_get_sqe(&ring_)) {
+      io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
+      io_uring_sqe_set_data64(sqe, user_data(kTagCancel, 0, 0));
+    }
+    shutting_down_ = true;
+    const transport::Time give_up = monotonic_ns() + 2'000'000'000;
+    while (outstanding() > 0 && monotonic_ns() < give_up) {
+      io_uring_cqe* cqe = nullptr;
+      __kernel_timespec ts = to_kernel_timespec(10'000'000);
+      (void)io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
+      reap();
+    }
+    if (provided_) provided_->unregister(ring_);
+    io_uring_queue_exit(&ring_);
+  }
+
+  bool init(std::string& reason) {
+    const unsigned entries = 512;
+    static constexpr unsigned kFlagSets[] = {
+        IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_SUBMIT_ALL,
+        IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SUBMIT_ALL,
+        0,
+    };
+    int result = -EINVAL;
+    for (const unsigned flags : kFlagSets) {
+      io_uring_params params;
+      std::memset(&params, 0, sizeof params);
+      params.flags = flags | IORING_SETUP_CQSIZE;
+      params.cq_entries = 4096;
+      result = io_uring_queue_init_params(entries, &ring_, &params);
+      if (result != -EINVAL) break;
+    }
+    if (result < 0) {
+      reason = std::string("io_uring_queue_init: ") + std::strerror(-result);
+      return false;
+    }
+    ring_ready_ = true;
+    io_uring_probe* probe = io_uring_get_probe_ring(&ring_);
+    const bool ops = probe != nullptr && io_uring_opcode_supported(probe, IORING_OP_SENDMSG) &&
+                     io_uring_opcode_supported(probe, IORING_OP_RECVMSG) &&
+                     io_uring_opcode_supported(probe, IORING_OP_READ);
+    if (probe) io_uring_free_probe(probe);
+    if (!ops) {
+      reason = "io_uring lacks SENDMSG/RECVMSG/READ";
+      return false;
+    }
+    // Registered files spare the per-request file lookup; optional.
+    std::vector<int> files;
+    files.push_back(config_.home_fd);
+    files.push_back(config_.event_fd);
+    for (const int fd : config_.path_fds) files.push_back(fd);
+    fixed_files_ = io_uring_register_files(&ring_, files.data(), static_cast<unsigned>(files.size())) == 0;
+
+    provided_ = std::make_unique<ProvidedBuffers>(config_.rx_slots, config_.rx_buffer_bytes);
+    if (provided_->register_with(ring_, kBufferGroup) == 0) {
+      arm_multishot();
+    } else {
+      provided_.reset();
+      start_posted_receives();
+    }
+    arm_kick();
+    const int submitted = io_uring_submit(&ring_);
+    if (submitted < 0) {
+      reason = std::string("io_uring_submit: ") + std::strerror(-submitted);
+      return false;
+    }
+    return true;
+  }
+
+  bool is_io_uring() const override { return true; }
+
+  uint32_t wait(transport::Time deadline) override {
+    arm_kick();
+    if (provided_ && !multishot_armed_ && messages_.empty() && !shutting_down_) arm_multishot();
+    if (pending_sends_ > 0 || !messages_.empty() || kicked_ || deadline <= monotonic_ns()) {
+      // Submit what is queued and collect completions without sleeping.
+      enter_nowait();
+      if (!messages_.empty() || kicked_ || deadline <= monotonic_ns()) return 0;
+    }
+    uint32_t sleeps = 0;
+    while (!config_.stop->load(std::memory_order_relaxed)) {
+      io_uring_cqe* cqe = nullptr;
+      int result;
+      if (deadline == transport::kNever) {
+        result = io_uring_submit_and_wait(&ring_, 1);
+      } else {
+        const transport::Time now = monotonic_ns();
+        if (deadline <= now) break;
+        __kernel_timespec ts = to_kernel_timespec(deadline - now);
+        result = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
+      }
+      ++sleeps;
+      ++counters_.receive_syscalls;
+      count_send_submission();
+      reap();
+      if (!messages_.empty() || kicked_ || result == -ETIME) break;
+      if (result < 0 && result != -EINTR && result != -EAGAIN && result != -EBUSY) break;
+    }
+    return sleeps;
+  }
+
+  std::span<const RxMessage> receive() override {
+    reap();
+    return messages_;
+  }
+
+  void release_received() override {
+    messages_.clear();
+    if (provided_) {
+      for (const uint16_t id : held_buffers_) provided_->give_back(id);
+      provided_->publish();
+      held_buffers_.clear();
+      if (multishot_unsupported_) {
+        // The kernel refused multishot recvmsg: posted requests from now on.
+        provided_->unregister(ring_);
+        provided_.reset();
+        start_posted_receives();
+      } else if (!multishot_armed_) {
+        arm_multishot();
+      }
+      return;
+    }
+    for (const uint32_t slot : ready_slots_) post_receive(slot);
+    ready_slots_.clear();
+  }
+
+  TxBatch& tx_batch() override {
+    TxBatch& batch = *arenas_[current_];
+    const transport::Time give_up = monotonic_ns() + 1'000'000'000;
+    while (batch.inflight > 0) {
+      // The kernel still reads this arena (sends waiting for socket buffer
+      // space): wait for them; receive completions are kept for later.
+      io_uring_cqe* cqe = nullptr;
+      __kernel_timespec ts = to_kernel_timespec(1'000'000);
+      (void)io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
+      ++counters_.receive_syscalls;
+      count_send_submission();
+      reap();
+      if (config_.stop->load(std::memory_order_relaxed) && monotonic_ns() > give_up) break;
+    }
+    batch.clear();
+    return batch;
+  }
+
+  void send(TxBatch& batch) override {
+    size_t arena = 0;
+    while (arena < kArenas && arenas_[arena].get() != &batch) ++arena;
+    if (arena == kArenas) return;
+    mmsghdr* messages = batch.messages();
+    for (size_t i = 0; i < batch.message_count(); ++i) {
+      io_uring_sqe* sqe = get_sqe();
+      const uint16_t socket = batch.info(i).socket;
+      if (fixed_files_) {
+        io_uring_prep_sendmsg(sqe, 2 + socket, &messages[i].msg_hdr, 0);
+        sqe->flags |= IOSQE_FIXED_FILE;
+      } else {
+        io_uring_prep_sendmsg(sqe, config_.path_fds[socket], &messages[i].msg_hdr, 0);
+      }
+      io_uring_sqe_set_data64(sqe, user_data(kTagTx, arena, i));
+      ++batch.inflight;
+      ++pending_sends_;
+    }
+    current_ = (arena + 1) % kArenas;
+  }
+
+ private:
+  io_uring_sqe* get_sqe() {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    while (sqe == nullptr) {
+      // Submission queue full: hand it to the kernel and retry.
+      (void)io_uring_submit(&ring_);
+      count_send_submission();
+      sqe = io_uring_get_sqe(&ring_);
+    }
+    return sqe;
+  }
+
+  void arm_multishot() {
+    io_uring_sqe* sqe = get_sqe();
+    if (fixed_files_) {
+      io_uring_prep_recvmsg_multishot(sqe, 0, provided_->message_template(), 0);
+      sqe->flags |= IOSQE_FIXED_FILE;
+    } else {
+      io_uring_prep_recvmsg_multishot(sqe, config_.home_fd, provided_->message_template(), 0);
+    }
+    sqe->flags |= IOSQE_BUFFER_SELECT;
+    sqe->buf_group = kBufferGroup;
+    io_uring_sqe_set_data64(sqe, user_data(kTagRxMultishot, 0, 0));
+    multishot_armed_ = true;
+  }
+
+  void start_posted_receives() {
+    rx_ = std::make_unique<RxSlots>(kPostedReceives, config_.rx_buffer_bytes);
+    for (uint32_t i = 0; i < rx_->count(); ++i) post_receive(i);
+  }
+
+  void post_receive(uint32_t slot) {
+    io_uring_sqe* sqe = get_sqe();
+    msghdr& header = rx_->arm(slot);
+    if (fixed_files_) {
+      io_uring_prep_recvmsg(sqe, 0, &header, 0);
+      sqe->flags |= IOSQE_FIXED_FILE;
+    } else {
+      io_uring_prep_recvmsg(sqe, config_.home_fd, &header, 0);
+    }
+    io_uring_sqe_set_data64(sqe, user_data(kTagRx, 0, slot));
+    ++receives_posted_;
+  }
+
+  void arm_kick() {
+    if (kick_armed_ || shutting_down_) return;
+    io_uring_sqe* sqe = get_sqe();
+    if (fixed_files_) {
+      io_uring_prep_read(sqe, 1, &kick_value_, sizeof kick_value_, 0);
+      sqe->flags |= IOSQE_FIXED_FILE;
+    } else {
+      io_uring_prep_read(sqe, config_.event_fd, &kick_value_, sizeof kick_value_, 0);
+    }
+    io_uring_sqe_set_data64(sqe, user_data(kTagKick, 0, 0));
+    kick_armed_ = true;
+  }
+
+  void enter_nowait() {
+    (void)io_uring_submit_and_get_events(&ring_);
+    ++counters_.receive_syscalls;
+    count_send_submission();
+    reap();
+  }
+
+  void count_send_submission() {
+    if (pending_sends_ == 0) return;
+    ++counters_.send_syscalls;
+    pending_sends_ = 0;
+  }
+
+  size_t outstanding() const {
+    size_t n = receives_posted_ + (kick_armed_ ? 1 : 0) + (multishot_armed_ ? 1 : 0);
+    for (const auto& arena : arenas_) n += arena->inflight;
+    return n;
+  }
+
+  void reap() {
+    io_uring_cqe* cqe = nullptr;
+    unsigned head = 0;
+    unsigned seen = 0;
+    io_uring_for_each_cqe(&ring_, head, cqe) {
+      handle(io_uring_cqe_get_data64(cqe), cqe->res, cqe->flags);
+      ++seen;
+    }
+    if (seen) io_uring_cq_advance(&ring_, seen);
+  }
+
+  void handle(uint64_t data, int result, uint32_t flags) {
+    switch (tag_of(data)) {
+      case kTagRxMultishot: {
+        if (!(flags & IORING_CQE_F_MORE)) multishot_armed_ = false;  // re-armed by the loop
+        if (result < 0) {
+          // -ENOBUFS: every buffer is with the engine; -EINVAL before any
+          // data: this kernel has no multishot recvmsg.
+          if (result == -EINVAL && !multishot_delivered_) multishot_unsupported_ = true;
+          return;
+        }
+        if (!(flags & IORING_CQE_F_BUFFER)) return;
+        const auto id = static_cast<uint16_t>(flags >> IORING_CQE_BUFFER_SHIFT);
+        held_buffers_.push_back(id);
+        if (shutting_down_) return;
+        multishot_delivered_ = true;
+        RxMessage message;
+        if (provided_ && provided_->parse(id, result, message)) messages_.push_back(message);
+        return;
+      }
+      case kTagRx: {
+        --receives_posted_;
+        const uint32_t slot = index_of(data);
+        if (shutting_down_) return;
+        ready_slots_.push_back(slot);
+        // A failed receive leaves a slot to re-post and nothing to deliver.
+        if (result >= 0) messages_.push_back(rx_->message(slot, static_cast<uint32_t>(result)));
+        return;
+      }
+      case kTagTx: {
+        TxBatch& batch = *arenas_[arena_of(data)];
+        if (batch.inflight > 0) --batch.inflight;
+        const TxBatch::MessageInfo& info = batch.info(index_of(data));
+        if (result >= 0) {
+          counters_.datagrams_sent += info.segments;
+          if (info.segments > 1) ++counters_.gso_sends;
+        } else {
+          counters_.send_errors += info.segments;
+          if (info.segments > 1 && (result == -EIO || result == -EINVAL)) gso_ = false;
+        }
+        return;
+      }
+      case kTagKick:
+        kick_armed_ = false;
+        if (result > 0) kicked_ = true;
+        return;
+      default:
+        return;  // cancel results, liburing's internal timeouts
+    }
+  }
+
+  BackendConfig config_;
+  io_uring ring_{};
+  bool ring_ready_ = false;
+  bool fixed_files_ = false;
+  bool shutting_down_ = false;
+  std::unique_ptr<ProvidedBuffers> provided_;  // multishot mode
+  bool multishot_armed_ = false;
+  bool multishot_delivered_ = false;
+  bool multishot_unsupported_ = false;
+  std::vector<uint16_t> held_buffers_;  // provided buffers the engine has not consumed yet
+  std::unique_ptr<RxSlots> rx_;         // posted-request mode
+  uint32_t receives_posted_ = 0;
+  std::vector<RxMessage> messages_;    // received, in completion order
+  std::vector<uint32_t> ready_slots_;  // slots to re-post after the engine consumed them
+  std::array<std::unique_ptr<TxBatch>, kArenas> arenas_;
+  size_t current_ = 0;
+  uint32_t pending_sends_ = 0;  // send requests queued but not yet submitted
+  uint64_t kick_value_ = 0;
+  bool kick_armed_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<IoBackend> make_uring_backend(const BackendConfig& config, std::string& reason) {
+  auto backend = std::make_unique<UringBackend>(config);
+  if (!backend->init(reason)) return nullptr;
+  return backend;
+}
+
+}  // namespace metaroce::io

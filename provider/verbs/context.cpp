@@ -1,0 +1,421 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//
+// A device context: one io::Runtime (UDP sockets, progress thread, engine)
+// with its options from the environment or metaroce_dv_options, the ops
+// table handed to libibverbs, and the device/port/GID queries.
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <strings.h>
+
+#include "provider.h"
+
+namespace metaroce::verbs {
+namespace {
+
+const verbs_context_ops kContextOps = [] {
+  verbs_context_ops ops{};
+  ops.alloc_pd = alloc_pd;
+  ops.async_event = async_event;
+  ops.cq_event = cq_event;
+  ops.create_cq = create_cq;
+  ops.create_qp = create_qp;
+  ops.create_qp_ex = create_qp_ex;
+  ops.dealloc_pd = dealloc_pd;
+  ops.dereg_mr = dereg_mr;
+  ops.destroy_cq = destroy_cq;
+  ops.destroy_qp = destroy_qp;
+  ops.free_context = free_context;
+  ops.modify_qp = modify_qp;
+  ops.poll_cq = poll_cq;
+  ops.post_recv = post_recv;
+  ops.post_send = post_send;
+  ops.query_device_ex = query_device_ex;
+  ops.query_port = query_port;
+  ops.query_qp = query_qp;
+  ops.query_qp_data_in_order = query_qp_data_in_order;
+  ops.reg_mr = reg_mr;
+  ops.req_notify_cq = req_notify_cq;
+  ops.resize_cq = resize_cq;
+  return ops;
+}();
+
+struct Options {
+  uint16_t paths = 4;
+  uint32_t mtu = 4096;
+  transport::Profile profile = transport::Profile::MetaRoCE;
+  double test_loss = 0;
+  uint64_t test_seed = 0;  // 0: derived from the home port
+  uint16_t home_port = 0;
+  bool io_uring = true;
+  // The engine's defaults suit a datacenter NIC (8 us RTT). Over kernel
+  // UDP the host adds tens of microseconds and, on a busy host, scheduling
+  // delays of a millisecond or more that are not congestion: a larger base
+  // RTT (initial window, minimum RTO) and delay target keep the congestion
+  // controller from collapsing the window on them.
+  uint64_t base_rtt_ns = 100'000;
+  uint64_t target_delay_ns = 1'000'000;
+  uint32_t poll_yield_every = 32;
+  // ACK a lone packet after this long (the engine's default is base RTT / 4):
+  // a latency-bound requester waits for it before its next post.
+  uint64_t ack_delay_ns = 10'000;
+};
+
+bool parse_unsigned(const char* text, unsigned long min, unsigned long max, unsigned long& out) {
+  if (!text || !*text) return false;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long v = std::strtoul(text, &end, 10);
+  if (errno || *end || v < min || v > max) return false;
+  out = v;
+  return true;
+}
+
+bool bad_env(const char* name, const char* value) {
+  std::fprintf(stderr, "metaroce: invalid %s='%s'\n", name, value);
+  errno = EINVAL;
+  return false;
+}
+
+bool options_from_env(Options& o) {
+  unsigned long v = 0;
+  if (const char* s = std::getenv("METAROCE_PATHS")) {
+    if (!parse_unsigned(s, 1, 64, v)) return bad_env("METAROCE_PATHS", s);
+    o.paths = static_cast<uint16_t>(v);
+  }
+  if (const char* s = std::getenv("METAROCE_MTU")) {
+    if (!parse_unsigned(s, 256, 65000, v)) return bad_env("METAROCE_MTU", s);
+    o.mtu = static_cast<uint32_t>(v);
+  }
+  if (const char* s = std::getenv("METAROCE_PROFILE")) {
+    if (strcasecmp(s, "metaroce") == 0) o.profile = transport::Profile::MetaRoCE;
+    else if (strcasecmp(s, "rocev2") == 0) o.profile = transport::Profile::RoCEv2;
+    else return bad_env("METAROCE_PROFILE", s);
+  }
+  if (const char* s = std::getenv("METAROCE_TEST_LOSS")) {
+    char* end = nullptr;
+    const double p = std::strtod(s, &end);
+    if (!*s || *end || !(p >= 0 && p <= 1)) return bad_env("METAROCE_TEST_LOSS", s);
+    o.test_loss = p;
+  }
+  if (const char* s = std::getenv("METAROCE_TEST_SEED")) {
+    if (!parse_unsigned(s, 1, ~0ul, v)) return bad_env("METAROCE_TEST_SEED", s);
+    o.test_seed = v;
+  }
+  if (const char* s = std::getenv("METAROCE_IO_URING")) o.io_uring = std::strcmp(s, "0") != 0;
+  if (const char* s = std::getenv("METAROCE_BASE_RTT_US")) {
+    if (!parse_unsigned(s, 1, 10'000'000, v)) return bad_env("METAROCE_BASE_RTT_US", s);
+    o.base_rtt_ns = v * 1000;
+  }
+  if (const char* s = std::getenv("METAROCE_CC_TARGET_DELAY_US")) {
+    if (!parse_unsigned(s, 1, 10'000'000, v)) return bad_env("METAROCE_CC_TARGET_DELAY_US", s);
+    o.target_delay_ns = v * 1000;
+  }
+  if (const char* s = std::getenv("METAROCE_ACK_DELAY_US")) {
+    if (!parse_unsigned(s, 1, 10'000'000, v)) return bad_env("METAROCE_ACK_DELAY_US", s);
+    o.ack_delay_ns = v * 1000;
+  }
+  if (const char* s = std::getenv("METAROCE_POLL_YIELD")) {
+    if (!parse_unsigned(s, 0, 1'000'000'000, v)) return bad_env("METAROCE_POLL_YIELD", s);
+    o.poll_yield_every = static_cast<uint32_t>(v);
+  }
+  return true;
+}
+
+bool apply_dv_options(Options& o, const metaroce_dv_options* dv) {
+  if (!dv) return true;
+  constexpr uint64_t kKnown = METAROCE_DV_OPT_PATHS | METAROCE_DV_OPT_PROFILE | METAROCE_DV_OPT_MTU |
+                              METAROCE_DV_OPT_TEST_LOSS | METAROCE_DV_OPT_HOME_PORT;
+  if (dv->comp_mask & ~kKnown) return false;
+  if (dv->comp_mask & METAROCE_DV_OPT_PATHS) {
+    if (dv->paths < 1 || dv->paths > 64) return false;
+    o.paths = static_cast<uint16_t>(dv->paths);
+  }
+  if (dv->comp_mask & METAROCE_DV_OPT_MTU) {
+    if (dv->mtu < 256 || dv->mtu > 65000) return false;
+    o.mtu = dv->mtu;
+  }
+  if (dv->comp_mask & METAROCE_DV_OPT_PROFILE) {
+    if (dv->profile == METAROCE_DV_PROFILE_METAROCE) o.profile = transport::Profile::MetaRoCE;
+    else if (dv->profile == METAROCE_DV_PROFILE_ROCEV2) o.profile = transport::Profile::RoCEv2;
+    else return false;
+  }
+  if (dv->comp_mask & METAROCE_DV_OPT_TEST_LOSS) {
+    if (!(dv->test_loss >= 0 && dv->test_loss <= 1)) return false;
+    o.test_loss = dv->test_loss;
+  }
+  if (dv->comp_mask & METAROCE_DV_OPT_HOME_PORT) {
+    if (dv->home_port != 0 &&
+        (dv->home_port < kHomePortBase || dv->home_port >= kHomePortBase + kHomePortCount))
+      return false;
+    o.home_port = dv->home_port;
+  }
+  return true;
+}
+
+// True when nothing is bound to (address, port) over UDP right now.
+bool port_looks_free(const sockaddr_storage& address, uint16_t port) {
+  sockaddr_storage a = address;
+  socklen_t len = sizeof(sockaddr_in);
+  if (a.ss_family == AF_INET) {
+    reinterpret_cast<sockaddr_in&>(a).sin_port = htons(port);
+  } else {
+    reinterpret_cast<sockaddr_in6&>(a).sin6_port = htons(port);
+    len = sizeof(sockaddr_in6);
+  }
+  const int fd = ::socket(a.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return true;  // let the runtime report the real error
+  const bool ok = ::bind(fd, reinterpret_cast<const sockaddr*>(&a), len) == 0 || errno != EADDRINUSE;
+  ::close(fd);
+  return ok;
+}
+
+// Creates the runtime on the first free home port, with QP numbers that
+// encode it.
+std::unique_ptr<io::Runtime> start_runtime(const Device& device, const Options& o, std::string& error) {
+  io::RuntimeOptions ro;
+  ro.local_address = device.address_text;
+  ro.allow_io_uring = o.io_uring;
+  ro.test_drop_probability = o.test_loss;
+  ro.endpoint.profile = o.profile;
+  ro.endpoint.paths = o.paths;
+  ro.endpoint.mtu = o.mtu;
+  ro.endpoint.max_qps = kMaxQpsPerContext;
+  ro.endpoint.max_outstanding_messages = kMaxQpWr;
+  ro.endpoint.base_rtt_ns = o.base_rtt_ns;
+  ro.endpoint.cc.target_queue_delay_ns = o.target_delay_ns;
+  ro.endpoint.ack_delay_ns = o.ack_delay_ns;
+  const uint32_t first = o.home_port ? o.home_port : kHomePortBase;
+  const uint32_t last = o.home_port ? o.home_port + 1 : kHomePortBase + kHomePortCount;
+  int races = 0;
+  for (uint32_t port = first; port < last; ++port) {
+    if (!o.home_port && !port_looks_free(device.address, static_cast<uint16_t>(port))) continue;
+    ro.home_port = static_cast<uint16_t>(port);
+    ro.endpoint.qpn_base = qpn_base_for_port(ro.home_port);
+    ro.test_seed = o.test_seed ? o.test_seed : 0x9e3779b97f4a7c15ull ^ port;
+    std::unique_ptr<io::Runtime> runtime = io::Runtime::create(ro, error);
+    if (runtime) return runtime;
+    // Another process may have taken the port since the probe.
+    if (o.home_port || ++races > 16 || error.find("in use") == std::string::npos) return nullptr;
+  }
+  if (error.empty()) error = "no free home port on " + device.address_text;
+  return nullptr;
+}
+
+}  // namespace
+
+Context* context_of(ibv_context* context) {
+  auto* vctx = reinterpret_cast<verbs_context*>(reinterpret_cast<char*>(context) -
+                                                offsetof(verbs_context, context));
+  return reinterpret_cast<ContextAlloc*>(vctx)->impl;
+}
+
+int errno_of(transport::PostResult result) {
+  switch (result) {
+    case transport::PostResult::Ok: return 0;
+    case transport::PostResult::QueueFull: return ENOMEM;
+    case transport::PostResult::InvalidArgument:
+    case transport::PostResult::BadState:
+    case transport::PostResult::NoSuchObject: return EINVAL;
+  }
+  return EINVAL;
+}
+
+ibv_mtu mtu_enum(uint32_t bytes) {
+  if (bytes >= 4096) return IBV_MTU_4096;
+  if (bytes >= 2048) return IBV_MTU_2048;
+  if (bytes >= 1024) return IBV_MTU_1024;
+  if (bytes >= 512) return IBV_MTU_512;
+  return IBV_MTU_256;
+}
+
+void Context::on_completion(uint32_t cq) {
+  auto it = cqs.find(cq);
+  if (it == cqs.end()) return;
+  Cq* c = it->second;
+  c->pushed.fetch_add(1, std::memory_order_release);
+  if (c->event_fd >= 0 && c->armed.exchange(false, std::memory_order_acq_rel)) {
+    // ibv_get_cq_event() reads the CQ handle (struct ib_uverbs_comp_event_desc).
+    const uint64_t handle = reinterpret_cast<uintptr_t>(&c->ibv);
+    (void)!::write(c->event_fd, &handle, sizeof handle);
+  }
+}
+
+verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data) {
+  Device* dev = device_of(device);
+  Options o;
+  if (!dev || !options_from_env(o) ||
+      !apply_dv_options(o, static_cast<const metaroce_dv_options*>(private_data))) {
+    if (cmd_fd >= 0) ::close(cmd_fd);
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* alloc = static_cast<ContextAlloc*>(_verbs_init_and_alloc_context(
+      device, cmd_fd, sizeof(ContextAlloc),
+      reinterpret_cast<verbs_context*>(static_cast<uintptr_t>(offsetof(ContextAlloc, vctx))),
+      0 /* RDMA_DRIVER_UNKNOWN */));
+  if (!alloc) return nullptr;
+
+  auto impl = std::make_unique<Context>();
+  impl->device = dev;
+  impl->vctx = &alloc->vctx;
+  impl->mtu = std::clamp<uint32_t>(o.mtu, 256, 65000);
+  impl->profile = o.profile;
+  impl->paths = o.profile == transport::Profile::RoCEv2 ? 1 : o.paths;
+  impl->poll_yield_every = o.poll_yield_every;
+
+  std::string error;
+  impl->runtime = start_runtime(*dev, o, error);
+  int fds[2] = {-1, -1};
+  if (!impl->runtime || ::pipe2(fds, O_CLOEXEC) != 0) {
+    const int saved = impl->runtime ? errno : EADDRNOTAVAIL;
+    if (!impl->runtime) std::fprintf(stderr, "metaroce: %s: %s\n", dev->name.c_str(), error.c_str());
+    impl.reset();
+    verbs_uninit_context(&alloc->vctx);
+    std::free(alloc);
+    errno = saved;
+    return nullptr;
+  }
+  impl->home_port = impl->runtime->home_port();
+  // async_fd: a pipe that ibv_get_async_event() can read (and poll/epoll can
+  // watch); the provider writes struct ib_uverbs_async_event_desc records.
+  ::fcntl(fds[1], F_SETFL, O_NONBLOCK);
+  alloc->vctx.context.async_fd = fds[0];
+  impl->async_write_fd = fds[1];
+  alloc->vctx.context.num_comp_vectors = 1;
+
+  Context* raw = impl.release();
+  alloc->impl = raw;
+  verbs_set_ops(&alloc->vctx, &kContextOps);
+  raw->runtime->set_completion_listener([raw](uint32_t cq) { raw->on_completion(cq); });
+  return &alloc->vctx;
+}
+
+void free_context(ibv_context* context) {
+  auto* alloc = reinterpret_cast<ContextAlloc*>(reinterpret_cast<char*>(context) -
+                                                offsetof(verbs_context, context));
+  Context* impl = alloc->impl;
+  impl->runtime.reset();  // stops the progress thread first
+  if (impl->async_write_fd >= 0) ::close(impl->async_write_fd);
+  delete impl;
+  verbs_uninit_context(&alloc->vctx);  // closes async_fd, drops the device reference
+  std::free(alloc);
+}
+
+void async_event(ibv_context*, ibv_async_event*) {}
+
+int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input,
+                    ibv_device_attr_ex* attr, size_t attr_size) {
+  if (input && input->comp_mask) return EINVAL;
+  if (attr_size < sizeof(ibv_device_attr)) return EINVAL;
+  Context* ctx = context_of(context);
+  ibv_device_attr_ex a{};
+  ibv_device_attr& d = a.orig_attr;
+  std::snprintf(d.fw_ver, sizeof d.fw_ver, "metaroce 0.1.0");
+  d.node_guid = ctx->device->guid_be;
+  d.sys_image_guid = ctx->device->guid_be;
+  d.max_mr_size = ~0ull;
+  d.page_size_cap = 0xfffff000;
+  d.vendor_id = 0xffffff;
+  d.vendor_part_id = 0;
+  d.hw_ver = 0;
+  d.max_qp = static_cast<int>(kMaxQpsPerContext);
+  d.max_qp_wr = static_cast<int>(kMaxQpWr);
+  d.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID;
+  d.max_sge = kMaxSge;
+  d.max_sge_rd = kMaxSge;
+  d.max_cq = static_cast<int>(kMaxCq);
+  d.max_cqe = static_cast<int>(kMaxCqe);
+  d.max_mr = static_cast<int>(kMaxMr);
+  d.max_pd = static_cast<int>(kMaxPd);
+  d.max_qp_rd_atom = kMaxRdAtomic;
+  d.max_res_rd_atom = static_cast<int>(kMaxRdAtomic * kMaxQpsPerContext);
+  d.max_qp_init_rd_atom = kMaxRdAtomic;
+  d.atomic_cap = IBV_ATOMIC_HCA;  // atomic among RDMA atomics (one progress thread)
+  d.max_pkeys = 1;
+  d.local_ca_ack_delay = 15;
+  d.phys_port_cnt = 1;
+  a.phys_port_cnt_ex = 1;
+  std::memcpy(attr, &a, std::min(attr_size, sizeof a));
+  return 0;
+}
+
+int query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* port_attr) {
+  if (port_num != 1) return EINVAL;
+  Context* ctx = context_of(context);
+  ibv_port_attr p{};
+  p.state = IBV_PORT_ACTIVE;
+  p.max_mtu = IBV_MTU_4096;
+  p.active_mtu = mtu_enum(ctx->mtu);
+  p.gid_tbl_len = 1;
+  p.port_cap_flags = 0;
+  p.max_msg_sz = kMaxMsgSize;
+  p.pkey_tbl_len = 1;
+  p.lid = 0;
+  p.max_vl_num = 1;
+  p.active_width = 2;    // 4x
+  p.active_speed = 32;   // EDR: 4x EDR = 100 Gb/s
+  p.phys_state = 5;      // LinkUp
+  p.link_layer = IBV_LINK_LAYER_ETHERNET;
+  *port_attr = p;
+  return 0;
+}
+
+}  // namespace metaroce::verbs
+
+using namespace metaroce::verbs;
+
+extern "C" {
+
+int metaroce_priv_query_gid(ibv_context* context, uint8_t port_num, int index, union ibv_gid* gid) {
+  if (port_num != 1 || index != 0) return EINVAL;
+  *gid = context_of(context)->device->gid;
+  return 0;
+}
+
+int metaroce_priv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_index,
+                               ibv_gid_entry* entry, uint32_t flags, size_t entry_size) {
+  if (flags) return EINVAL;
+  if (port_num != 1 || gid_index != 0) return EINVAL;
+  if (entry_size < offsetof(ibv_gid_entry, ndev_ifindex)) return EINVAL;
+  const Device* d = context_of(context)->device;
+  ibv_gid_entry e{};
+  e.gid = d->gid;
+  e.gid_index = 0;
+  e.port_num = 1;
+  e.gid_type = IBV_GID_TYPE_ROCE_V2;
+  e.ndev_ifindex = d->ifindex;
+  std::memcpy(entry, &e, std::min(entry_size, sizeof e));
+  return 0;
+}
+
+ssize_t metaroce_priv_query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_t max_entries,
+                                      uint32_t flags, size_t entry_size) {
+  if (flags) return -EINVAL;
+  if (entry_size < offsetof(ibv_gid_entry, ndev_ifindex)) return -EINVAL;
+  if (max_entries < 1) return -EINVAL;
+  const int rc = metaroce_priv_query_gid_ex(context, 1, 0, entries, 0, entry_size);
+  return rc ? -rc : 1;
+}
+
+int metaroce_priv_query_gid_type(ibv_context*, uint8_t port_num, unsigned int index,
+                                 ibv_gid_type_sysfs* type) {
+  if (port_num != 1 || index != 0) return EINVAL;
+  *type = IBV_GID_TYPE_SYSFS_ROCE_V2;
+  return 0;
+}
+
+int metaroce_priv_query_pkey(ibv_context*, uint8_t port_num, int index, __be16* pkey) {
+  if (port_num != 1 || index != 0) return EINVAL;
+  *pkey = htobe16(0xffff);  // the default partition, full membership
+  return 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//
+// ibv_post_send / ibv_post_recv: each list is converted and handed to the
+// engine under one engine lock. Errors that verbs reports at post time
+// (bad opcode, too many SGEs, inline data too long, QP state, queue full)
+// stop the list there with *bad_wr set; errors verbs reports as completions
+// (a bad lkey: IBV_WC_LOC_PROT_ERR) come from the engine.
+#include <endian.h>
+
+#include <cerrno>
+
+#include "provider.h"
+
+namespace metaroce::verbs {
+namespace {
+
+using transport::WrOpcode;
+
+int convert(const Qp& qp, const ibv_send_wr& wr, transport::SendWr& s) {
+  s = transport::SendWr{};
+  s.wr_id = wr.wr_id;
+  bool may_inline = false;
+  switch (wr.opcode) {
+    case IBV_WR_RDMA_WRITE: s.opcode = WrOpcode::RdmaWrite; may_inline = true; break;
+    case IBV_WR_RDMA_WRITE_WITH_IMM: s.opcode = WrOpcode::RdmaWriteWithImm; may_inline = true; break;
+    case IBV_WR_SEND: s.opcode = WrOpcode::Send; may_inline = true; break;
+    case IBV_WR_SEND_WITH_IMM: s.opcode = WrOpcode::SendWithImm; may_inline = true; break;
+    case IBV_WR_RDMA_READ: s.opcode = WrOpcode::RdmaRead; break;
+    case IBV_WR_ATOMIC_CMP_AND_SWP: s.opcode = WrOpcode::CompareSwap; break;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: s.opcode = WrOpcode::FetchAdd; break;
+    default: return EINVAL;  // LOCAL_INV, BIND_MW, SEND_WITH_INV, TSO, DRIVER1, ATOMIC_WRITE
+  }
+  if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > qp.cap.max_send_sge) return EINVAL;
+  if (wr.num_sge > 0 && !wr.sg_list) return EINVAL;
+  s.num_sge = static_cast<uint32_t>(wr.num_sge);
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < s.num_sge; ++i) {
+    s.sg[i] = {wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};
+    total += wr.sg_list[i].length;
+  }
+  s.signaled = (wr.send_flags & IBV_SEND_SIGNALED) || qp.sq_sig_all;
+  // IBV_SEND_INLINE only means something for SEND and RDMA WRITE.
+  if ((wr.send_flags & IBV_SEND_INLINE) && may_inline) {
+    if (total > qp.cap.max_inline_data) return EINVAL;
+    s.inline_data = true;
+  }
+  if (wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM || wr.opcode == IBV_WR_SEND_WITH_IMM)
+    s.imm = be32toh(wr.imm_data);
+  if (wr.opcode == IBV_WR_RDMA_WRITE || wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
+      wr.opcode == IBV_WR_RDMA_READ) {
+    s.remote_addr = wr.wr.rdma.remote_addr;
+    s.rkey = wr.wr.rdma.rkey;
+  } else if (wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+    if (s.num_sge != 1 || total != 8 || (wr.wr.atomic.remote_addr & 7)) return EINVAL;
+    s.remote_addr = wr.wr.atomic.remote_addr;
+    s.rkey = wr.wr.atomic.rkey;
+    s.compare_add = wr.wr.atomic.compare_add;
+    s.swap = wr.wr.atomic.swap;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  Qp* qp = qp_of(ibqp);
+  int err = 0;
+  transport::SendWr s;
+  qp->ctx->engine([&](transport::Endpoint& e) {
+    for (; wr; wr = wr->next) {
+      if ((err = convert(*qp, *wr, s)) != 0) return;
+      const transport::PostResult r = e.post_send(qp->qpn, s);
+      if (r != transport::PostResult::Ok) {
+        err = errno_of(r);
+        return;
+      }
+    }
+  });
+  if (err && bad_wr) *bad_wr = wr;
+  return err;
+}
+
+int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  Qp* qp = qp_of(ibqp);
+  int err = 0;
+  transport::RecvWr r;
+  qp->ctx->engine([&](transport::Endpoint& e) {
+    for (; wr; wr = wr->next) {
+      if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->cap.max_recv_sge ||
+          (wr->num_sge > 0 && !wr->sg_list)) {
+        err = EINVAL;
+        return;
+      }
+      r = transport::RecvWr{};
+      r.wr_id = wr->wr_id;
+      r.num_sge = static_cast<uint32_t>(wr->num_sge);
+      for (uint32_t i = 0; i < r.num_sge; ++i)
+        r.sg[i] = {wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
+      const transport::PostResult result = e.post_recv(qp->qpn, r);
+      if (result != transport::PostResult::Ok) {
+        err = errno_of(result);
+        return;
+      }
+    }
+  });
+  if (err && bad_wr) *bad_wr = wr;
+  return err;
+}
+
+}  // namespace metaroce::verbs

@@ -1,0 +1,419 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//
+// RC queue pairs: creation, the verbs state machine of ibv_modify_qp (with
+// the attribute masks the IB spec requires for each transition, as the
+// kernel checks them), ibv_query_qp and destruction.
+//
+// The remote end of a QP is (IP of ah_attr.grh.dgid, UDP port 4792 +
+// (dest_qp_num >> 12)): QP numbers encode their context's home port.
+#include <arpa/inet.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "provider.h"
+
+namespace metaroce::verbs {
+namespace {
+
+bool supported_type(ibv_qp_type type, int& err) {
+  switch (type) {
+    case IBV_QPT_RC: return true;
+    case IBV_QPT_UC:
+    case IBV_QPT_UD:
+    case IBV_QPT_RAW_PACKET:
+    case IBV_QPT_XRC_SEND:
+    case IBV_QPT_XRC_RECV:
+    case IBV_QPT_DRIVER: err = EOPNOTSUPP; return false;
+  }
+  err = EINVAL;
+  return false;
+}
+
+constexpr uint64_t kSupportedSendOps =
+    IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
+    IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+
+// IB spec minimum RNR NAK timer, in nanoseconds, by its 5-bit code.
+transport::Time rnr_timer_ns(uint8_t code) {
+  static constexpr uint32_t kMicros[32] = {
+      655360, 10,    20,    30,    40,    60,    80,    120,   160,   240,   320,
+      480,    640,   960,   1280,  1920,  2560,  3840,  5120,  7680,  10240, 15360,
+      20480,  30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520};
+  return static_cast<transport::Time>(kMicros[code & 31]) * 1000;
+}
+
+// Required and optional attributes of each RC transition (IB spec 11.2.4.2,
+// as the kernel's qp_state_table lists them).
+struct Transition {
+  bool valid = false;
+  int required = 0;
+  int optional = 0;
+};
+
+Transition transition(ibv_qp_state from, ibv_qp_state to) {
+  constexpr int kAny = IBV_QP_CUR_STATE;
+  if (to == IBV_QPS_RESET || to == IBV_QPS_ERR) {
+    if (from > IBV_QPS_ERR) return {};
+    return {true, 0, kAny};
+  }
+  switch (from) {
+    case IBV_QPS_RESET:
+      if (to == IBV_QPS_INIT) return {true, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, kAny};
+      return {};
+    case IBV_QPS_INIT:
+      if (to == IBV_QPS_INIT)
+        return {true, 0, kAny | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS};
+      if (to == IBV_QPS_RTR)
+        return {true,
+                IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                    IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
+                kAny | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX};
+      return {};
+    case IBV_QPS_RTR:
+      if (to == IBV_QPS_RTS)
+        return {true,
+                IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                    IBV_QP_MAX_QP_RD_ATOMIC,
+                kAny | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER |
+                    IBV_QP_PATH_MIG_STATE};
+      return {};
+    case IBV_QPS_RTS:
+      if (to == IBV_QPS_RTS)
+        return {true, 0,
+                kAny | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE |
+                    IBV_QP_MIN_RNR_TIMER};
+      return {};  // SQD is not supported
+    default: return {};
+  }
+}
+
+ibv_qp_state from_engine(transport::QpState s) {
+  switch (s) {
+    case transport::QpState::Reset: return IBV_QPS_RESET;
+    case transport::QpState::Init: return IBV_QPS_INIT;
+    case transport::QpState::ReadyToReceive: return IBV_QPS_RTR;
+    case transport::QpState::ReadyToSend: return IBV_QPS_RTS;
+    case transport::QpState::Error: return IBV_QPS_ERR;
+  }
+  return IBV_QPS_ERR;
+}
+
+// The peer's (IP, home port) from the address vector and its QP number.
+bool peer_address(const Context& ctx, const ibv_ah_attr& ah, uint32_t dest_qpn, sockaddr_storage& out) {
+  std::memset(&out, 0, sizeof out);
+  const uint16_t port = home_port_of_qpn(dest_qpn);
+  if (!ah.is_global) {
+    // No GRH: only meaningful on one host (LIDs are 0 here); use our address.
+    out = ctx.device->address;
+  } else {
+    const uint8_t* raw = ah.grh.dgid.raw;
+    static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (std::memcmp(raw, kMapped, 12) == 0) {
+      auto& sin = reinterpret_cast<sockaddr_in&>(out);
+      sin.sin_family = AF_INET;
+      std::memcpy(&sin.sin_addr, raw + 12, 4);
+    } else {
+      auto& sin6 = reinterpret_cast<sockaddr_in6&>(out);
+      sin6.sin6_family = AF_INET6;
+      std::memcpy(&sin6.sin6_addr, raw, 16);
+    }
+  }
+  if (out.ss_family != ctx.device->address.ss_family) return false;  // v4 device, v6 peer or vice versa
+  if (out.ss_family == AF_INET) reinterpret_cast<sockaddr_in&>(out).sin_port = htons(port);
+  else reinterpret_cast<sockaddr_in6&>(out).sin6_port = htons(port);
+  return true;
+}
+
+int check_values(const Context& ctx, const ibv_qp_attr& a, int mask) {
+  constexpr unsigned kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                               IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND;
+  if ((mask & IBV_QP_PORT) && a.port_num != 1) return EINVAL;
+  if ((mask & IBV_QP_PKEY_INDEX) && a.pkey_index != 0) return EINVAL;
+  if ((mask & IBV_QP_ACCESS_FLAGS) && (a.qp_access_flags & ~kAccess)) return EINVAL;
+  if ((mask & IBV_QP_PATH_MTU) && (a.path_mtu < IBV_MTU_256 || a.path_mtu > IBV_MTU_4096)) return EINVAL;
+  if (mask & IBV_QP_AV) {
+    if (a.ah_attr.port_num > 1) return EINVAL;
+    if (a.ah_attr.is_global && a.ah_attr.grh.sgid_index != 0) return EINVAL;
+  }
+  if ((mask & IBV_QP_DEST_QPN) && (a.dest_qp_num > 0xffffff || (a.dest_qp_num & 0xfff) == 0))
+    return EINVAL;
+  if ((mask & IBV_QP_RQ_PSN) && a.rq_psn > 0xffffff) return EINVAL;
+  if ((mask & IBV_QP_SQ_PSN) && a.sq_psn > 0xffffff) return EINVAL;
+  if ((mask & IBV_QP_TIMEOUT) && a.timeout > 31) return EINVAL;
+  if ((mask & IBV_QP_RETRY_CNT) && a.retry_cnt > 7) return EINVAL;
+  if ((mask & IBV_QP_RNR_RETRY) && a.rnr_retry > 7) return EINVAL;
+  if ((mask & IBV_QP_MIN_RNR_TIMER) && a.min_rnr_timer > 31) return EINVAL;
+  if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a.max_rd_atomic > kMaxRdAtomic) return EINVAL;
+  if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a.max_dest_rd_atomic > kMaxRdAtomic) return EINVAL;
+  (void)ctx;
+  return 0;
+}
+
+// Records the attributes in `mask` (for ibv_query_qp and the engine config).
+void remember(Qp& qp, const ibv_qp_attr& a, int mask) {
+  ibv_qp_attr& s = qp.attr;
+  if (mask & IBV_QP_ACCESS_FLAGS) s.qp_access_flags = a.qp_access_flags;
+  if (mask & IBV_QP_PKEY_INDEX) s.pkey_index = a.pkey_index;
+  if (mask & IBV_QP_PORT) s.port_num = a.port_num;
+  if (mask & IBV_QP_AV) s.ah_attr = a.ah_attr;
+  if (mask & IBV_QP_PATH_MTU) s.path_mtu = a.path_mtu;
+  if (mask & IBV_QP_DEST_QPN) s.dest_qp_num = a.dest_qp_num;
+  if (mask & IBV_QP_RQ_PSN) s.rq_psn = a.rq_psn;
+  if (mask & IBV_QP_SQ_PSN) s.sq_psn = a.sq_psn;
+  if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) {
+    s.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    qp.config.max_dest_rd_atomic = a.max_dest_rd_atomic ? a.max_dest_rd_atomic : 1;
+  }
+  if (mask & IBV_QP_MAX_QP_RD_ATOMIC) {
+    s.max_rd_atomic = a.max_rd_atomic;
+    qp.config.max_rd_atomic = a.max_rd_atomic ? a.max_rd_atomic : 1;
+  }
+  if (mask & IBV_QP_MIN_RNR_TIMER) {
+    s.min_rnr_timer = a.min_rnr_timer;
+    qp.config.min_rnr_timer_ns = rnr_timer_ns(a.min_rnr_timer);
+  }
+  if (mask & IBV_QP_TIMEOUT) {
+    s.timeout = a.timeout;
+    // 4.096 us * 2^timeout; 0 = no timeout in verbs, the engine's adaptive RTO here.
+    qp.config.timeout_ns = a.timeout ? (transport::Time{4096} << a.timeout) : 0;
+  }
+  if (mask & IBV_QP_RETRY_CNT) {
+    s.retry_cnt = a.retry_cnt;
+    qp.config.retry_cnt = a.retry_cnt;
+  }
+  if (mask & IBV_QP_RNR_RETRY) {
+    s.rnr_retry = a.rnr_retry;
+    qp.config.rnr_retry = a.rnr_retry;
+  }
+  if (mask & IBV_QP_PATH_MIG_STATE) s.path_mig_state = a.path_mig_state;
+  if (mask & IBV_QP_ALT_PATH) {
+    s.alt_ah_attr = a.alt_ah_attr;
+    s.alt_pkey_index = a.alt_pkey_index;
+    s.alt_port_num = a.alt_port_num;
+    s.alt_timeout = a.alt_timeout;
+  }
+}
+
+ibv_qp* create(Context* ctx, ibv_context* context, ibv_pd* pd, const ibv_qp_init_attr_ex& a) {
+  int err = 0;
+  if (!supported_type(a.qp_type, err)) {
+    errno = err;
+    return nullptr;
+  }
+  if (a.srq || a.xrcd || a.rwq_ind_tbl) {
+    errno = EOPNOTSUPP;  // no SRQ / XRC / RSS
+    return nullptr;
+  }
+  if (!pd || pd->context != context || !a.send_cq || !a.recv_cq || a.send_cq->context != context ||
+      a.recv_cq->context != context) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  const ibv_qp_cap& cap = a.cap;
+  if (cap.max_send_wr > kMaxQpWr || cap.max_recv_wr > kMaxQpWr || cap.max_send_sge > kMaxSge ||
+      cap.max_recv_sge > kMaxSge || cap.max_inline_data > kMaxInlineData) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* qp = new (std::nothrow) Qp;
+  if (!qp) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  qp->ctx = ctx;
+  qp->pd = pd_of(pd);
+  qp->send_cq = cq_of(a.send_cq);
+  qp->recv_cq = cq_of(a.recv_cq);
+  qp->sq_sig_all = a.sq_sig_all != 0;
+  // Report what the QP really supports (at least what was asked).
+  qp->cap.max_send_wr = std::max<uint32_t>(cap.max_send_wr, 1);
+  qp->cap.max_recv_wr = std::max<uint32_t>(cap.max_recv_wr, 1);
+  qp->cap.max_send_sge = kMaxSge;
+  qp->cap.max_recv_sge = kMaxSge;
+  qp->cap.max_inline_data = std::max<uint32_t>(cap.max_inline_data, 256);
+  qp->config.max_send_wr = qp->cap.max_send_wr;
+  qp->config.max_recv_wr = qp->cap.max_recv_wr;
+  qp->config.max_rd_atomic = kMaxRdAtomic;
+  qp->config.max_dest_rd_atomic = kMaxRdAtomic;
+  qp->qpn = ctx->engine([&](transport::Endpoint& e) {
+    return e.create_qp(qp->pd->id, qp->send_cq->id, qp->recv_cq->id, qp->config);
+  });
+  if (qp->qpn == 0) {
+    delete qp;
+    errno = ENOMEM;  // QP numbers used up
+    return nullptr;
+  }
+  qp->attr.qp_state = IBV_QPS_RESET;
+  qp->attr.cap = qp->cap;
+  qp->attr.port_num = 1;
+  qp->attr.path_mtu = mtu_enum(ctx->mtu);
+
+  // What libibverbs' ibv_create_qp() would fill in; ibv_create_qp_ex() calls
+  // the provider directly, so do it here for both.
+  ibv_qp& q = qp->vqp.qp;
+  q.context = context;
+  q.qp_context = a.qp_context;
+  q.pd = pd;
+  q.send_cq = a.send_cq;
+  q.recv_cq = a.recv_cq;
+  q.srq = nullptr;
+  q.handle = qp->qpn;
+  q.qp_num = qp->qpn;
+  q.state = IBV_QPS_RESET;
+  q.qp_type = a.qp_type;
+  q.events_completed = 0;
+  pthread_mutex_init(&q.mutex, nullptr);
+  pthread_cond_init(&q.cond, nullptr);
+
+  if ((a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0) {
+    qp->send_ops_flags = a.send_ops_flags;
+    qp->vqp.comp_mask |= VERBS_QP_EX;
+    install_wr_api(qp);
+  }
+  return &q;
+}
+
+}  // namespace
+
+ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
+  ibv_qp_init_attr_ex a{};
+  a.qp_context = attr->qp_context;
+  a.send_cq = attr->send_cq;
+  a.recv_cq = attr->recv_cq;
+  a.srq = attr->srq;
+  a.cap = attr->cap;
+  a.qp_type = attr->qp_type;
+  a.sq_sig_all = attr->sq_sig_all;
+  a.comp_mask = IBV_QP_INIT_ATTR_PD;
+  a.pd = pd;
+  ibv_qp* qp = create(context_of(pd->context), pd->context, pd, a);
+  if (qp) attr->cap = qp_of(qp)->cap;
+  return qp;
+}
+
+ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
+  constexpr uint32_t kKnown = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  if (attr->comp_mask & ~kKnown) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if ((attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (attr->send_ops_flags & ~kSupportedSendOps)) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  ibv_qp* qp = create(context_of(context), context, attr->pd, *attr);
+  if (qp) attr->cap = qp_of(qp)->cap;
+  return qp;
+}
+
+int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
+  Qp* qp = qp_of(ibqp);
+  Context* ctx = qp->ctx;
+  std::lock_guard<std::mutex> lock(qp->mutex);
+  // The engine may have moved the QP to ERROR on its own (a failed request).
+  const std::optional<transport::QpState> engine_state =
+      ctx->engine([&](transport::Endpoint& e) { return e.qp_state(qp->qpn); });
+  if (!engine_state) return EINVAL;
+  const ibv_qp_state cur = from_engine(*engine_state);
+  if ((mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != cur) return EINVAL;
+  const ibv_qp_state next = (mask & IBV_QP_STATE) ? attr->qp_state : cur;
+  const Transition t = transition(cur, next);
+  const int given = mask & ~(IBV_QP_STATE | IBV_QP_CUR_STATE);
+  if (!t.valid) return EINVAL;
+  if ((given & t.required) != t.required) return EINVAL;
+  if (given & ~(t.required | t.optional)) return EINVAL;
+  if (const int err = check_values(*ctx, *attr, mask)) return err;
+
+  transport::QpConfig config = qp->config;
+  const ibv_qp_attr previous = qp->attr;
+  const transport::QpConfig previous_config = qp->config;
+  remember(*qp, *attr, mask);
+
+  transport::PostResult r = transport::PostResult::Ok;
+  if (next == IBV_QPS_RESET) {
+    r = ctx->engine([&](transport::Endpoint& e) { return e.modify_qp_to_reset(qp->qpn); });
+    if (r == transport::PostResult::Ok) {
+      const ibv_qp_cap cap = qp->cap;
+      qp->attr = ibv_qp_attr{};
+      qp->attr.cap = cap;
+      qp->attr.port_num = 1;
+      qp->attr.path_mtu = mtu_enum(ctx->mtu);
+    }
+  } else if (next == IBV_QPS_ERR) {
+    r = ctx->engine([&](transport::Endpoint& e) { return e.modify_qp_to_error(qp->qpn); });
+  } else if (cur == IBV_QPS_RESET && next == IBV_QPS_INIT) {
+    r = ctx->engine([&](transport::Endpoint& e) { return e.modify_qp_to_init(qp->qpn); });
+  } else if (cur == IBV_QPS_INIT && next == IBV_QPS_RTR) {
+    sockaddr_storage peer_addr{};
+    if (!peer_address(*ctx, attr->ah_attr, attr->dest_qp_num, peer_addr)) {
+      qp->attr = previous;
+      qp->config = previous_config;
+      return EINVAL;
+    }
+    const transport::PeerId peer = ctx->runtime->peer_for(peer_addr);
+    config = qp->config;
+    r = ctx->engine([&](transport::Endpoint& e) {
+      return e.modify_qp_to_rtr(qp->qpn, peer, attr->dest_qp_num, config);
+    });
+  } else if (cur == IBV_QPS_RTR && next == IBV_QPS_RTS) {
+    config = qp->config;
+    r = ctx->engine([&](transport::Endpoint& e) { return e.modify_qp_to_rts(qp->qpn, config); });
+  }
+  if (r != transport::PostResult::Ok) {
+    qp->attr = previous;
+    qp->config = previous_config;
+    return errno_of(r);
+  }
+  qp->state = next;
+  qp->attr.qp_state = next;
+  qp->attr.cur_qp_state = next;
+  return 0;
+}
+
+int query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int /*attr_mask*/, ibv_qp_init_attr* init_attr) {
+  Qp* qp = qp_of(ibqp);
+  std::lock_guard<std::mutex> lock(qp->mutex);
+  const std::optional<transport::QpState> s =
+      qp->ctx->engine([&](transport::Endpoint& e) { return e.qp_state(qp->qpn); });
+  if (!s) return EINVAL;
+  *attr = qp->attr;
+  attr->qp_state = from_engine(*s);
+  attr->cur_qp_state = attr->qp_state;
+  attr->cap = qp->cap;
+  attr->sq_draining = 0;
+  if (init_attr) {
+    *init_attr = ibv_qp_init_attr{};
+    init_attr->qp_context = ibqp->qp_context;
+    init_attr->send_cq = ibqp->send_cq;
+    init_attr->recv_cq = ibqp->recv_cq;
+    init_attr->srq = nullptr;
+    init_attr->cap = qp->cap;
+    init_attr->qp_type = ibqp->qp_type;
+    init_attr->sq_sig_all = qp->sq_sig_all ? 1 : 0;
+  }
+  return 0;
+}
+
+int destroy_qp(ibv_qp* ibqp) {
+  Qp* qp = qp_of(ibqp);
+  const transport::PostResult r =
+      qp->ctx->engine([&](transport::Endpoint& e) { return e.destroy_qp(qp->qpn); });
+  if (r != transport::PostResult::Ok) return errno_of(r);
+  pthread_mutex_destroy(&ibqp->mutex);
+  pthread_cond_destroy(&ibqp->cond);
+  delete qp;
+  return 0;
+}
+
+int query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) {
+  // Data is placed as packets arrive, over several paths: never in order.
+  return 0;
+}
+
+}  // namespace metaroce::verbs

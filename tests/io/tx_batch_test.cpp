@@ -1,0 +1,217 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//
+// TxBatch::build: how a batch of engine datagrams becomes send messages
+// (grouping by path socket, GSO runs, limits), and the peer table it routes by.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <sys/socket.h>
+
+#include <cstring>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "peer_table.h"
+#include "tx_batch.h"
+
+namespace metaroce::io {
+namespace {
+
+sockaddr_storage v4(const char* ip, uint16_t port) {
+  sockaddr_storage s{};
+  auto& a = reinterpret_cast<sockaddr_in&>(s);
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  inet_pton(AF_INET, ip, &a.sin_addr);
+  return s;
+}
+
+struct Message {
+  uint16_t socket;
+  uint16_t segments;
+  uint16_t gso_size;  // 0 without a UDP_SEGMENT control message
+  uint16_t port;
+  std::vector<uint8_t> first_bytes;  // first byte of each datagram
+  std::vector<size_t> lengths;
+};
+
+class TxBatchTest : public testing::Test {
+ protected:
+  TxBatchTest() : peers_(AF_INET), batch_(128, 4200) {
+    peer_a_ = peers_.get_or_add(v4("127.0.0.1", 5000));
+    peer_b_ = peers_.get_or_add(v4("127.0.0.2", 6000));
+    peers_.refresh(view_);
+  }
+
+  // A datagram whose first byte is `tag`.
+  void add(transport::PeerId peer, uint16_t path, uint32_t length, uint8_t tag) {
+    ASSERT_FALSE(batch_.full());
+    std::span<uint8_t> slot = batch_.next_slot();
+    ASSERT_GE(slot.size(), length);
+    std::memset(slot.data(), tag, length);
+    batch_.commit(peer, path, length);
+  }
+
+  std::vector<Message> build(uint16_t sockets, bool gso, uint64_t* unroutable = nullptr) {
+    uint64_t dropped = 0;
+    batch_.build(view_, sockets, gso, dropped);
+    if (unroutable) *unroutable = dropped;
+    std::vector<Message> out;
+    for (size_t i = 0; i < batch_.message_count(); ++i) {
+      const msghdr& h = batch_.messages()[i].msg_hdr;
+      Message m{};
+      m.socket = batch_.info(i).socket;
+      m.segments = batch_.info(i).segments;
+      EXPECT_EQ(h.msg_iovlen, m.segments);
+      if (h.msg_controllen > 0) {
+        const cmsghdr* c = CMSG_FIRSTHDR(&h);
+        EXPECT_EQ(c->cmsg_level, SOL_UDP);
+        EXPECT_EQ(c->cmsg_type, UDP_SEGMENT);
+        std::memcpy(&m.gso_size, CMSG_DATA(c), sizeof m.gso_size);
+      }
+      m.port = ntohs(reinterpret_cast<const sockaddr_in*>(h.msg_name)->sin_port);
+      for (size_t k = 0; k < h.msg_iovlen; ++k) {
+        m.first_bytes.push_back(*static_cast<const uint8_t*>(h.msg_iov[k].iov_base));
+        m.lengths.push_back(h.msg_iov[k].iov_len);
+      }
+      out.push_back(m);
+    }
+    return out;
+  }
+
+  PeerTable peers_;
+  PeerTable::View view_;
+  TxBatch batch_;
+  transport::PeerId peer_a_ = 0;
+  transport::PeerId peer_b_ = 0;
+};
+
+TEST_F(TxBatchTest, EqualSizedDatagramsOfOnePathBecomeOneGsoMessage) {
+  for (uint8_t i = 0; i < 5; ++i) add(peer_a_, 0, 4152, i);
+  const auto m = build(4, true);
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0].segments, 5);
+  EXPECT_EQ(m[0].gso_size, 4152);
+  EXPECT_EQ(m[0].port, 5000);
+  EXPECT_EQ(m[0].first_bytes, (std::vector<uint8_t>{0, 1, 2, 3, 4}));
+}
+
+TEST_F(TxBatchTest, PathsAreGroupedStablyAndKeepTheirOrder) {
+  // Interleaved over two paths, as the engine sprays them.
+  for (uint8_t i = 0; i < 8; ++i) add(peer_a_, i % 2, 4152, i);
+  const auto m = build(4, true);
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(m[0].socket, 0);
+  EXPECT_EQ(m[0].first_bytes, (std::vector<uint8_t>{0, 2, 4, 6}));
+  EXPECT_EQ(m[1].socket, 1);
+  EXPECT_EQ(m[1].first_bytes, (std::vector<uint8_t>{1, 3, 5, 7}));
+}
+
+TEST_F(TxBatchTest, AShorterDatagramEndsARunALargerOneStartsANewMessage) {
+  add(peer_a_, 0, 4152, 1);
+  add(peer_a_, 0, 4152, 2);
+  add(peer_a_, 0, 1000, 3);  // short tail: joins, then closes the run
+  add(peer_a_, 0, 4152, 4);
+  add(peer_a_, 0, 300, 5);   // an ACK-sized datagram
+  add(peer_a_, 0, 4152, 6);  // larger than the run's segment: new message
+  const auto m = build(4, true);
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_EQ(m[0].first_bytes, (std::vector<uint8_t>{1, 2, 3}));
+  EXPECT_EQ(m[0].gso_size, 4152);
+  EXPECT_EQ(m[0].lengths.back(), 1000u);
+  EXPECT_EQ(m[1].first_bytes, (std::vector<uint8_t>{4, 5}));
+  EXPECT_EQ(m[2].first_bytes, (std::vector<uint8_t>{6}));
+  EXPECT_EQ(m[2].gso_size, 0);  // a single datagram carries no UDP_SEGMENT
+}
+
+TEST_F(TxBatchTest, AnotherPeerBreaksTheRun) {
+  add(peer_a_, 0, 4152, 1);
+  add(peer_b_, 0, 4152, 2);
+  add(peer_a_, 0, 4152, 3);
+  const auto m = build(4, true);
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_EQ(m[0].port, 5000);
+  EXPECT_EQ(m[1].port, 6000);
+  EXPECT_EQ(m[2].port, 5000);
+}
+
+TEST_F(TxBatchTest, RunsRespectTheByteAndSegmentLimits) {
+  for (uint8_t i = 0; i < 40; ++i) add(peer_a_, 0, 4152, i);  // 40 * 4152 > 65000
+  const auto big = build(4, true);
+  ASSERT_EQ(big.size(), 3u);
+  EXPECT_EQ(big[0].segments, 15);  // 15 * 4152 = 62280 <= kMaxGsoBytes
+  EXPECT_EQ(big[1].segments, 15);
+  EXPECT_EQ(big[2].segments, 10);
+  batch_.clear();
+  for (uint8_t i = 0; i < 70; ++i) add(peer_a_, 0, 100, i);
+  const auto many = build(4, true);
+  ASSERT_EQ(many.size(), 2u);
+  EXPECT_EQ(many[0].segments, 64);  // kMaxGsoSegments
+  EXPECT_EQ(many[1].segments, 6);
+}
+
+TEST_F(TxBatchTest, WithoutGsoEveryDatagramIsItsOwnMessage) {
+  for (uint8_t i = 0; i < 6; ++i) add(peer_a_, i % 3, 4152, i);
+  const auto m = build(4, false);
+  ASSERT_EQ(m.size(), 6u);
+  for (const Message& message : m) {
+    EXPECT_EQ(message.segments, 1);
+    EXPECT_EQ(message.gso_size, 0);
+  }
+  // Still grouped by path, in order within each.
+  EXPECT_EQ(m[0].first_bytes[0], 0);
+  EXPECT_EQ(m[1].first_bytes[0], 3);
+  EXPECT_EQ(m[2].first_bytes[0], 1);
+}
+
+TEST_F(TxBatchTest, PathIdsWrapOntoTheAvailableSockets) {
+  add(peer_a_, 5, 4152, 1);  // a peer's path id beyond our socket count (an ACK)
+  add(peer_a_, 1, 4152, 2);
+  const auto m = build(4, true);
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0].socket, 1);
+  EXPECT_EQ(m[0].segments, 2);
+}
+
+TEST_F(TxBatchTest, UnknownPeersAreCountedNotSent) {
+  add(peer_a_, 0, 4152, 1);
+  add(77, 0, 4152, 2);
+  uint64_t unroutable = 0;
+  const auto m = build(4, true, &unroutable);
+  EXPECT_EQ(unroutable, 1u);
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0].first_bytes, (std::vector<uint8_t>{1}));
+}
+
+TEST(PeerTableTest, LookupsAndDestinations) {
+  PeerTable table(AF_INET);
+  PeerTable::View view;
+  EXPECT_EQ(table.get_or_add(v4("10.0.0.1", 4792)), 1u);
+  EXPECT_EQ(table.get_or_add(v4("10.0.0.1", 4793)), 2u);
+  EXPECT_EQ(table.get_or_add(v4("10.0.0.1", 4792)), 1u);
+  table.refresh(view);
+  PeerKey key;
+  ASSERT_TRUE(make_peer_key(v4("10.0.0.1", 9999), 4793, key));  // source port ignored: the home port counts
+  EXPECT_EQ(view.lookup(key), 2u);
+  ASSERT_TRUE(make_peer_key(v4("10.0.0.2", 0), 4793, key));
+  EXPECT_EQ(view.lookup(key), 0u);
+  socklen_t length = 0;
+  const sockaddr_storage* d = view.destination(2, length);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(length, sizeof(sockaddr_in));
+  EXPECT_EQ(ntohs(reinterpret_cast<const sockaddr_in*>(d)->sin_port), 4793);
+  EXPECT_EQ(view.destination(3, length), nullptr);
+  // An IPv6 peer cannot be reached from IPv4 sockets.
+  sockaddr_storage s6{};
+  auto& a6 = reinterpret_cast<sockaddr_in6&>(s6);
+  a6.sin6_family = AF_INET6;
+  a6.sin6_port = htons(1);
+  inet_pton(AF_INET6, "2001:db8::1", &a6.sin6_addr);
+  const transport::PeerId six = table.get_or_add(s6);
+  table.refresh(view);
+  EXPECT_EQ(view.destination(six, length), nullptr);
+}
+
+}  // namespace
+}  // namespace metaroce::io

@@ -1,0 +1,932 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//
+// The provider through the public verbs API only (plus metaroce_dv to get
+// devices): two contexts in one process on 127.0.0.1, RC QPs between them,
+// data moving over real UDP sockets. The program links
+// libmetaroce-preload.so before libibverbs, as LD_PRELOAD would place it, so
+// the GID / pkey / completion channel calls reach the provider.
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <endian.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "ibverbs_private.h"
+#include "metaroce/metaroce_dv.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kTimeout = std::chrono::seconds(10);
+constexpr const char* kDevice = "mrtest0";
+constexpr const char* kAddress = "127.0.0.1";
+
+// Polls until `count` completions arrived or the deadline passed.
+std::vector<ibv_wc> wait_wc(ibv_cq* cq, size_t count, std::chrono::milliseconds limit = kTimeout) {
+  std::vector<ibv_wc> out;
+  const auto deadline = Clock::now() + limit;
+  ibv_wc wc[16];
+  while (out.size() < count && Clock::now() < deadline) {
+    const int n = ibv_poll_cq(cq, 16, wc);
+    EXPECT_GE(n, 0);
+    for (int i = 0; i < n; ++i) out.push_back(wc[i]);
+  }
+  return out;
+}
+
+struct Buffer {
+  explicit Buffer(size_t n) : bytes(n) {}
+  std::vector<uint8_t> bytes;
+  ibv_mr* mr = nullptr;
+  uint8_t* data() { return bytes.data(); }
+  uint64_t addr() { return reinterpret_cast<uintptr_t>(bytes.data()); }
+};
+
+struct Side {
+  ibv_context* ctx = nullptr;
+  ibv_pd* pd = nullptr;
+  ibv_comp_channel* channel = nullptr;
+  ibv_cq* scq = nullptr;
+  ibv_cq* rcq = nullptr;
+  std::vector<ibv_qp*> qps;
+  std::vector<std::unique_ptr<Buffer>> buffers;
+
+  ~Side() {
+    for (auto& b : buffers) {
+      if (b->mr) {
+        EXPECT_EQ(ibv_dereg_mr(b->mr), 0);
+      }
+    }
+    for (ibv_qp* qp : qps) EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    if (scq) {
+      EXPECT_EQ(ibv_destroy_cq(scq), 0);
+    }
+    if (rcq) {
+      EXPECT_EQ(ibv_destroy_cq(rcq), 0);
+    }
+    if (channel) {
+      EXPECT_EQ(ibv_destroy_comp_channel(channel), 0);
+    }
+    if (pd) {
+      EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+    }
+    if (ctx) {
+      EXPECT_EQ(ibv_close_device(ctx), 0);
+    }
+  }
+
+  Buffer& buffer(size_t n, int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                        IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC) {
+    buffers.push_back(std::make_unique<Buffer>(n));
+    Buffer& b = *buffers.back();
+    b.mr = ibv_reg_mr(pd, b.data(), n, access);
+    EXPECT_NE(b.mr, nullptr) << std::strerror(errno);
+    return b;
+  }
+};
+
+void open_side(Side& s, bool with_channel = false) {
+  s.ctx = metaroce_dv_open_device(kDevice, kAddress, nullptr);
+  ASSERT_NE(s.ctx, nullptr) << std::strerror(errno);
+  s.pd = ibv_alloc_pd(s.ctx);
+  ASSERT_NE(s.pd, nullptr);
+  if (with_channel) {
+    s.channel = ibv_create_comp_channel(s.ctx);
+    ASSERT_NE(s.channel, nullptr) << std::strerror(errno);
+  }
+  s.scq = ibv_create_cq(s.ctx, 256, &s, nullptr, 0);
+  s.rcq = ibv_create_cq(s.ctx, 256, &s, s.channel, 0);
+  ASSERT_NE(s.scq, nullptr);
+  ASSERT_NE(s.rcq, nullptr);
+}
+
+ibv_qp* make_qp(Side& s, int sq_sig_all = 1) {
+  ibv_qp_init_attr a{};
+  a.send_cq = s.scq;
+  a.recv_cq = s.rcq;
+  a.qp_type = IBV_QPT_RC;
+  a.sq_sig_all = sq_sig_all;
+  a.cap.max_send_wr = 64;
+  a.cap.max_recv_wr = 64;
+  a.cap.max_send_sge = 4;
+  a.cap.max_recv_sge = 4;
+  a.cap.max_inline_data = 256;
+  ibv_qp* qp = ibv_create_qp(s.pd, &a);
+  EXPECT_NE(qp, nullptr) << std::strerror(errno);
+  if (qp) s.qps.push_back(qp);
+  return qp;
+}
+
+int to_init(ibv_qp* qp) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.pkey_index = 0;
+  a.port_num = 1;
+  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+  return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+}
+
+int to_rtr(ibv_qp* qp, ibv_context* remote_ctx, uint32_t remote_qpn) {
+  union ibv_gid gid{};
+  if (ibv_query_gid(remote_ctx, 1, 0, &gid) != 0) return -1;
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_4096;
+  a.dest_qp_num = remote_qpn;
+  a.rq_psn = 0x123;
+  a.max_dest_rd_atomic = 16;
+  a.min_rnr_timer = 12;
+  a.ah_attr.is_global = 1;
+  a.ah_attr.grh.dgid = gid;
+  a.ah_attr.grh.sgid_index = 0;
+  a.ah_attr.grh.hop_limit = 64;
+  a.ah_attr.port_num = 1;
+  return ibv_modify_qp(qp, &a,
+                       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                           IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+}
+
+int to_rts(ibv_qp* qp) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RTS;
+  a.sq_psn = 0x456;
+  a.timeout = 14;
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;
+  a.max_rd_atomic = 16;
+  return ibv_modify_qp(qp, &a,
+                       IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                           IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+void connect(ibv_qp* a, Side& sa, ibv_qp* b, Side& sb) {
+  ASSERT_EQ(to_init(a), 0);
+  ASSERT_EQ(to_init(b), 0);
+  ASSERT_EQ(to_rtr(a, sb.ctx, b->qp_num), 0);
+  ASSERT_EQ(to_rtr(b, sa.ctx, a->qp_num), 0);
+  ASSERT_EQ(to_rts(a), 0);
+  ASSERT_EQ(to_rts(b), 0);
+}
+
+int post_recv(ibv_qp* qp, uint64_t wr_id, std::vector<ibv_sge> sges) {
+  ibv_recv_wr wr{};
+  wr.wr_id = wr_id;
+  wr.sg_list = sges.data();
+  wr.num_sge = static_cast<int>(sges.size());
+  ibv_recv_wr* bad = nullptr;
+  return ibv_post_recv(qp, &wr, &bad);
+}
+
+ibv_sge sge(Buffer& b, size_t offset, uint32_t length) {
+  return ibv_sge{b.addr() + offset, length, b.mr->lkey};
+}
+
+void fill(Buffer& b, uint8_t seed) {
+  for (size_t i = 0; i < b.bytes.size(); ++i) b.bytes[i] = static_cast<uint8_t>(seed + i * 7 + (i >> 8));
+}
+
+class VerbsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(open_side(a, true));
+    ASSERT_NO_FATAL_FAILURE(open_side(b, true));
+  }
+  // One connected pair.
+  void pair(int sig_all_a = 1, int sig_all_b = 1) {
+    qa = make_qp(a, sig_all_a);
+    qb = make_qp(b, sig_all_b);
+    ASSERT_NE(qa, nullptr);
+    ASSERT_NE(qb, nullptr);
+    ASSERT_NO_FATAL_FAILURE(connect(qa, a, qb, b));
+  }
+  Side a, b;
+  ibv_qp* qa = nullptr;
+  ibv_qp* qb = nullptr;
+};
+
+TEST(VerbsDevices, DeviceListAndIdentity) {
+  metaroce_dv_device_spec specs[] = {{kDevice, kAddress}, {"mrtest1", "lo"}};
+  int n = 0;
+  ibv_device** list = metaroce_dv_get_device_list(specs, 2, &n);
+  ASSERT_NE(list, nullptr);
+  ASSERT_EQ(n, 2);
+  EXPECT_EQ(list[2], nullptr);
+  EXPECT_STREQ(ibv_get_device_name(list[0]), kDevice);
+  EXPECT_STREQ(ibv_get_device_name(list[1]), "mrtest1");
+  EXPECT_TRUE(metaroce_dv_is_metaroce_device(list[0]));
+  EXPECT_NE(ibv_get_device_guid(list[0]), 0u);  // interposed: no sysfs node_guid
+  // Same name, other address: refused.
+  metaroce_dv_device_spec clash = {kDevice, "127.0.0.2"};
+  EXPECT_EQ(metaroce_dv_get_device_list(&clash, 1, nullptr), nullptr);
+  EXPECT_EQ(errno, EEXIST);
+  metaroce_dv_device_spec bad = {"mrbad", "no-such-interface0"};
+  EXPECT_EQ(metaroce_dv_get_device_list(&bad, 1, nullptr), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+
+  ibv_context* ctx = ibv_open_device(list[1]);
+  ASSERT_NE(ctx, nullptr);
+  EXPECT_TRUE(metaroce_dv_is_metaroce_context(ctx));
+  const uint16_t port = metaroce_dv_home_port(ctx);
+  EXPECT_GE(port, 4792);
+  EXPECT_LT(port, 4792 + 4096);
+  EXPECT_EQ(ibv_close_device(ctx), 0);
+  metaroce_dv_free_device_list(list);
+}
+
+TEST(VerbsDevices, OptionsAreValidated) {
+  metaroce_dv_options o{};
+  o.comp_mask = METAROCE_DV_OPT_PATHS | METAROCE_DV_OPT_PROFILE | METAROCE_DV_OPT_MTU;
+  o.paths = 2;
+  o.profile = METAROCE_DV_PROFILE_ROCEV2;
+  o.mtu = 1024;
+  ibv_context* ctx = metaroce_dv_open_device(kDevice, kAddress, &o);
+  ASSERT_NE(ctx, nullptr);
+  ibv_port_attr p{};
+  ASSERT_EQ(ibv_query_port(ctx, 1, &p), 0);
+  EXPECT_EQ(p.active_mtu, IBV_MTU_1024);
+  EXPECT_EQ(ibv_close_device(ctx), 0);
+  o.comp_mask = METAROCE_DV_OPT_PATHS;
+  o.paths = 0;
+  EXPECT_EQ(metaroce_dv_open_device(kDevice, kAddress, &o), nullptr);
+}
+
+TEST_F(VerbsTest, DeviceAndPortAttributes) {
+  ibv_device_attr d{};
+  ASSERT_EQ(ibv_query_device(a.ctx, &d), 0);
+  EXPECT_EQ(d.phys_port_cnt, 1);
+  EXPECT_GE(d.max_qp_wr, 1024);
+  EXPECT_EQ(d.max_sge, 4);
+  EXPECT_EQ(d.atomic_cap, IBV_ATOMIC_HCA);
+  EXPECT_EQ(d.max_qp_rd_atom, 16);
+  EXPECT_EQ(d.node_guid, ibv_get_device_guid(a.ctx->device));
+  ibv_device_attr_ex dx{};
+  ASSERT_EQ(ibv_query_device_ex(a.ctx, nullptr, &dx), 0);
+  EXPECT_EQ(dx.orig_attr.max_qp, d.max_qp);
+  EXPECT_EQ(dx.phys_port_cnt_ex, 1u);
+
+  ibv_port_attr p{};
+  ASSERT_EQ(ibv_query_port(a.ctx, 1, &p), 0);
+  EXPECT_EQ(p.state, IBV_PORT_ACTIVE);
+  EXPECT_EQ(p.link_layer, IBV_LINK_LAYER_ETHERNET);
+  EXPECT_EQ(p.active_mtu, IBV_MTU_4096);
+  EXPECT_EQ(p.gid_tbl_len, 1);
+  EXPECT_NE(ibv_query_port(a.ctx, 2, &p), 0);
+
+  union ibv_gid gid{};
+  ASSERT_EQ(ibv_query_gid(a.ctx, 1, 0, &gid), 0);
+  const uint8_t expected[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
+  EXPECT_EQ(std::memcmp(gid.raw, expected, 16), 0);
+  EXPECT_NE(ibv_query_gid(a.ctx, 1, 1, &gid), 0);
+  ibv_gid_entry e{};
+  ASSERT_EQ(ibv_query_gid_ex(a.ctx, 1, 0, &e, 0), 0);
+  EXPECT_EQ(e.gid_type, IBV_GID_TYPE_ROCE_V2);
+  EXPECT_EQ(std::memcmp(e.gid.raw, expected, 16), 0);
+  ibv_gid_entry table[4];
+  EXPECT_EQ(ibv_query_gid_table(a.ctx, table, 4, 0), 1);
+  ibv_gid_type_sysfs type = IBV_GID_TYPE_SYSFS_IB_ROCE_V1;
+  EXPECT_EQ(ibv_query_gid_type(a.ctx, 1, 0, &type), 0);
+  EXPECT_EQ(type, IBV_GID_TYPE_SYSFS_ROCE_V2);
+  __be16 pkey = 0;
+  ASSERT_EQ(ibv_query_pkey(a.ctx, 1, 0, &pkey), 0);
+  EXPECT_EQ(pkey, htobe16(0xffff));
+  EXPECT_EQ(ibv_get_pkey_index(a.ctx, 1, htobe16(0xffff)), 0);
+}
+
+TEST_F(VerbsTest, InterposedCallsReplaceKernelOnlyOnes) {
+  // libibverbs' own versions of these fail for a device without a kernel
+  // (no sysfs, cmd_fd -1); the program's calls land on the preload's.
+  void* lib = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(lib, nullptr);
+  using QueryGid = int (*)(ibv_context*, uint8_t, int, union ibv_gid*);
+  using CreateChannel = ibv_comp_channel* (*)(ibv_context*);
+  auto lib_query_gid = reinterpret_cast<QueryGid>(dlvsym(lib, "ibv_query_gid", "IBVERBS_1.1"));
+  auto lib_create_channel =
+      reinterpret_cast<CreateChannel>(dlvsym(lib, "ibv_create_comp_channel", "IBVERBS_1.0"));
+  ASSERT_NE(lib_query_gid, nullptr);
+  ASSERT_NE(lib_create_channel, nullptr);
+  union ibv_gid gid{};
+  EXPECT_NE(lib_query_gid(a.ctx, 1, 0, &gid), 0);
+  EXPECT_EQ(lib_create_channel(a.ctx), nullptr);
+  // The default-scope definitions are ours.
+  EXPECT_NE(dlvsym(RTLD_DEFAULT, "ibv_query_gid", "IBVERBS_1.1"), reinterpret_cast<void*>(lib_query_gid));
+  EXPECT_EQ(dlvsym(RTLD_DEFAULT, "ibv_query_gid", "IBVERBS_1.1"), reinterpret_cast<void*>(&ibv_query_gid));
+  dlclose(lib);
+}
+
+TEST_F(VerbsTest, SendWithImmediateAndEveryWcField) {
+  pair();
+  Buffer& src = a.buffer(6000);
+  Buffer& dst = b.buffer(8192);
+  fill(src, 3);
+  ASSERT_EQ(post_recv(qb, 0xb0b, {sge(dst, 0, 100), sge(dst, 4096, 4096)}), 0);
+  ibv_sge s[2] = {sge(src, 0, 50), sge(src, 1000, 4000)};
+  ibv_send_wr wr{};
+  wr.wr_id = 0xa11ce;
+  wr.opcode = IBV_WR_SEND_WITH_IMM;
+  wr.sg_list = s;
+  wr.num_sge = 2;
+  wr.imm_data = htobe32(0xdeadbeef);
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(qa, &wr, &bad), 0);
+
+  const auto rw = wait_wc(b.rcq, 1);
+  ASSERT_EQ(rw.size(), 1u);
+  EXPECT_EQ(rw[0].wr_id, 0xb0bu);
+  EXPECT_EQ(rw[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(rw[0].opcode, IBV_WC_RECV);
+  EXPECT_EQ(rw[0].vendor_err, 0u);
+  EXPECT_EQ(rw[0].byte_len, 4050u);
+  EXPECT_EQ(rw[0].imm_data, htobe32(0xdeadbeef));
+  EXPECT_EQ(rw[0].wc_flags & IBV_WC_WITH_IMM, IBV_WC_WITH_IMM);
+  EXPECT_EQ(rw[0].qp_num, qb->qp_num);
+  EXPECT_EQ(rw[0].src_qp, qa->qp_num);
+  EXPECT_EQ(rw[0].pkey_index, 0);
+  EXPECT_EQ(rw[0].slid, 0);
+  EXPECT_EQ(rw[0].sl, 0);
+  EXPECT_EQ(rw[0].dlid_path_bits, 0);
+  const auto sw = wait_wc(a.scq, 1);
+  ASSERT_EQ(sw.size(), 1u);
+  EXPECT_EQ(sw[0].wr_id, 0xa11ceu);
+  EXPECT_EQ(sw[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(sw[0].opcode, IBV_WC_SEND);
+  EXPECT_EQ(sw[0].qp_num, qa->qp_num);
+  EXPECT_EQ(sw[0].vendor_err, 0u);
+  EXPECT_EQ(sw[0].wc_flags & IBV_WC_WITH_IMM, 0);
+  // Scattered into two SGEs: 50 + 1000..4999 -> dst[0..99] then dst[4096..].
+  std::vector<uint8_t> sent(src.data(), src.data() + 50);
+  sent.insert(sent.end(), src.data() + 1000, src.data() + 5000);
+  std::vector<uint8_t> got(dst.data(), dst.data() + 100);
+  got.insert(got.end(), dst.data() + 4096, dst.data() + 4096 + 3950);
+  EXPECT_EQ(got, sent);
+}
+
+TEST_F(VerbsTest, RdmaWriteAndWriteWithImmediate) {
+  pair();
+  constexpr size_t kSize = 1 << 20;
+  Buffer& src = a.buffer(kSize);
+  Buffer& dst = b.buffer(kSize);
+  fill(src, 9);
+  ibv_sge s = sge(src, 0, kSize);
+  ibv_send_wr wr{};
+  wr.wr_id = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  wr.wr.rdma.remote_addr = dst.addr();
+  wr.wr.rdma.rkey = dst.mr->rkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(qa, &wr, &bad), 0);
+  auto sw = wait_wc(a.scq, 1);
+  ASSERT_EQ(sw.size(), 1u);
+  EXPECT_EQ(sw[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(sw[0].opcode, IBV_WC_RDMA_WRITE);
+  EXPECT_EQ(sw[0].wr_id, 1u);
+  EXPECT_EQ(src.bytes, dst.bytes);
+
+  // With immediate: consumes a receive on the target, which reports it.
+  fill(src, 77);
+  ASSERT_EQ(post_recv(qb, 42, {}), 0);
+  s = sge(src, 0, 4096 * 3 + 17);
+  wr.wr_id = 2;
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.imm_data = htobe32(0x01020304);
+  wr.wr.rdma.remote_addr = dst.addr() + 8;
+  ASSERT_EQ(ibv_post_send(qa, &wr, &bad), 0);
+  const auto rw = wait_wc(b.rcq, 1);
+  ASSERT_EQ(rw.size(), 1u);
+  EXPECT_EQ(rw[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(rw[0].opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+  EXPECT_EQ(rw[0].wr_id, 42u);
+  EXPECT_EQ(rw[0].imm_data, htobe32(0x01020304));
+  EXPECT_TRUE(rw[0].wc_flags & IBV_WC_WITH_IMM);
+  EXPECT_EQ(rw[0].byte_len, 4096u * 3 + 17);
+  EXPECT_EQ(rw[0].src_qp, qa->qp_num);
+  sw = wait_wc(a.scq, 1);
+  ASSERT_EQ(sw.size(), 1u);
+  EXPECT_EQ(sw[0].opcode, IBV_WC_RDMA_WRITE);
+  EXPECT_EQ(std::memcmp(dst.data() + 8, src.data(), 4096 * 3 + 17), 0);
+}
+
+TEST_F(VerbsTest, RdmaRead) {
+  pair();
+  constexpr size_t kSize = 256 * 1024 + 123;
+  Buffer& remote = b.buffer(kSize);
+  Buffer& local = a.buffer(kSize);
+  fill(remote, 21);
+  ibv_sge s = sge(local, 0, kSize);
+  ibv_send_wr wr{};
+  wr.wr_id = 7;
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  wr.wr.rdma.remote_addr = remote.addr();
+  wr.wr.rdma.rkey = remote.mr->rkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(qa, &wr, &bad), 0);
+  const auto sw = wait_wc(a.scq, 1);
+  ASSERT_EQ(sw.size(), 1u);
+  EXPECT_EQ(sw[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(sw[0].opcode, IBV_WC_RDMA_READ);
+  EXPECT_EQ(sw[0].byte_len, kSize);
+  EXPECT_EQ(local.bytes, remote.bytes);
+}
+
+TEST_F(VerbsTest, Atomics) {
+  pair();
+  Buffer& remote = b.buffer(64);
+  Buffer& result = a.buffer(64);
+  uint64_t value = 1000;
+  std::memcpy(remote.data() + 8, &value, 8);
+  ibv_sge s = sge(result, 0, 8);
+  ibv_send_wr wr{};
+  wr.wr_id = 10;
+  wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  wr.wr.atomic.remote_addr = remote.addr() + 8;
+  wr.wr.atomic.rkey = remote.mr->rkey;
+  wr.wr.atomic.compare_add = 5;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(qa, &wr, &bad), 0);
+  auto sw = wait_wc(a.scq, 1);
+  ASSERT_EQ(sw.size(), 1u);
+  EXPECT_EQ(sw[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(sw[0].opcode, IBV_WC_FETCH_ADD);
+  EXPECT_EQ(sw[0].byte_len, 8u);
+  uint64_t old = 0;
+  std::memcpy(&old, result.data(), 8);
+  EXPECT_EQ(old, 1000u);
+  std::memcpy(&value, remote.data() + 8, 8);
+  EXPECT_EQ(value, 1005u);
+
+  // Compare-and-swap: a match swaps, a mismatch only returns the value.
+  wr.wr_id = 11;
+  wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+  wr.wr.atomic.compare_add = 1005;
+  wr.wr.atomic.swap = 77;
+  ASSERT_EQ(ibv_post_send(qa, &wr, &bad), 0);
+  sw = wait_wc(a.scq, 1);
+  ASSERT_EQ(sw.size(), 1u);
+  EXPECT_EQ(sw[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(sw[0].opcode, IBV_WC_COMP_SWAP);
+  std::memcpy(&old, result.data(), 8);
+  EXPECT_EQ(old, 1005u);
+  std::memcpy(&value, remote.data() + 8, 8);
+  EXPECT_EQ(value, 77u);
+  wr.wr_id = 12;
+  wr.wr.atomic.compare_add = 1;  // no match
+  wr.wr.atomic.swap = 99;
+  ASSERT_EQ(ibv_post_send(qa, &wr, &bad), 0);
+  sw = wait_wc(a.scq, 1);
+  ASSERT_EQ(sw.size(), 1u);
+  std::memcpy(&old, result.data(), 8);
+  EXPECT_EQ(old, 77u);
+  std::memcpy(&value, remote.data() + 8, 8);
+  EXPECT_EQ(value, 77u);
+
+  // Misaligned target: refused at post time.
+  wr.wr.atomic.remote_addr = remote.addr() + 4;
+  EXPECT_EQ(ibv_post_send(qa, &wr, &bad), EINVAL);
+  EXPECT_EQ(bad, &wr);
+}
+
+TEST_F(VerbsTest, InlineSendCopiesAtPostTime) {
+  pair();
+  Buffer& dst = b.buffer(256);
+  uint8_t payload[200];
+  for (int i = 0; i < 200; ++i) payload[i] = static_cast<uint8_t>(i);
+  ASSERT_EQ(post_recv(qb, 1, {sge(dst, 0, 256)}), 0);
+  ibv_sge s{reinterpret_cast<uintptr_t>(payload), sizeof payload, 0 /* lkey unused for inline */};
+  ibv_send_wr wr{};
+  wr.wr_id = 5;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED;
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(qa, &wr, &bad), 0);
+  std::memset(payload, 0xee, sizeof payload);  // the caller owns the buffer again
+  const auto rw = wait_wc(b.rcq, 1);
+  ASSERT_EQ(rw.size(), 1u);
+  EXPECT_EQ(rw[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(rw[0].byte_len, 200u);
+  for (int i = 0; i < 200; ++i) ASSERT_EQ(dst.bytes[i], i);
+  EXPECT_EQ(wait_wc(a.scq, 1).size(), 1u);
+
+  // Longer than max_inline_data: refused.
+  std::vector<uint8_t> big(8192);
+  ibv_qp_attr qattr{};
+  ibv_qp_init_attr init{};
+  ASSERT_EQ(ibv_query_qp(qa, &qattr, IBV_QP_CAP, &init), 0);
+  EXPECT_GE(init.cap.max_inline_data, 256u);
+  s = {reinterpret_cast<uintptr_t>(big.data()), init.cap.max_inline_data + 1, 0};
+  EXPECT_EQ(ibv_post_send(qa, &wr, &bad), EINVAL);
+  EXPECT_EQ(bad, &wr);
+}
+
+TEST_F(VerbsTest, UnsignaledAndSqSigAll) {
+  pair(/*sig_all_a=*/0);
+  Buffer& src = a.buffer(4096);
+  Buffer& dst = b.buffer(4096);
+  std::vector<ibv_send_wr> wrs(10);
+  std::vector<ibv_sge> sges(10);
+  for (int i = 0; i < 10; ++i) {
+    sges[i] = sge(src, static_cast<size_t>(i) * 100, 100);
+    wrs[i].wr_id = static_cast<uint64_t>(i);
+    wrs[i].opcode = IBV_WR_RDMA_WRITE;
+    wrs[i].sg_list = &sges[i];
+    wrs[i].num_sge = 1;
+    wrs[i].wr.rdma.remote_addr = dst.addr() + static_cast<uint64_t>(i) * 100;
+    wrs[i].wr.rdma.rkey = dst.mr->rkey;
+    wrs[i].next = i < 9 ? &wrs[i + 1] : nullptr;
+  }
+  wrs[9].send_flags = IBV_SEND_SIGNALED;  // only the last one
+  fill(src, 1);
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(qa, wrs.data(), &bad), 0);
+  auto sw = wait_wc(a.scq, 1);
+  ASSERT_EQ(sw.size(), 1u);
+  EXPECT_EQ(sw[0].wr_id, 9u);
+  EXPECT_EQ(std::memcmp(src.data(), dst.data(), 1000), 0);
+  EXPECT_EQ(wait_wc(a.scq, 1, std::chrono::milliseconds(50)).size(), 0u);
+
+  // sq_sig_all = 1: every WR completes, signaled or not.
+  ibv_qp* qa2 = make_qp(a, 1);
+  ibv_qp* qb2 = make_qp(b, 1);
+  ASSERT_NO_FATAL_FAILURE(connect(qa2, a, qb2, b));
+  for (auto& w : wrs) w.send_flags = 0;
+  wrs[2].next = nullptr;
+  ASSERT_EQ(ibv_post_send(qa2, wrs.data(), &bad), 0);
+  sw = wait_wc(a.scq, 3);
+  ASSERT_EQ(sw.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(sw[i].wr_id, static_cast<uint64_t>(i));  // in posting order
+    EXPECT_EQ(sw[i].qp_num, qa2->qp_num);
+  }
+}
+
+TEST_F(VerbsTest, CompletionChannelWakesTheWaiter) {
+  pair();
+  Buffer& src = a.buffer(64);
+  Buffer& dst = b.buffer(64);
+  ASSERT_EQ(ibv_req_notify_cq(b.rcq, 0), 0);
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_EQ(post_recv(qb, static_cast<uint64_t>(round), {sge(dst, 0, 64)}), 0);
+    ibv_sge s = sge(src, 0, 64);
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_SEND;
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(qa, &wr, &bad), 0);
+    pollfd pfd{b.channel->fd, POLLIN, 0};
+    ASSERT_EQ(::poll(&pfd, 1, 10000), 1) << "no completion event";
+    ibv_cq* ev_cq = nullptr;
+    void* ev_ctx = nullptr;
+    ASSERT_EQ(ibv_get_cq_event(b.channel, &ev_cq, &ev_ctx), 0);
+    EXPECT_EQ(ev_cq, b.rcq);
+    EXPECT_EQ(ev_ctx, &b);
+    ibv_ack_cq_events(ev_cq, 1);
+    ASSERT_EQ(ibv_req_notify_cq(b.rcq, 0), 0);  // re-arm, then drain
+    const auto rw = wait_wc(b.rcq, 1);
+    ASSERT_EQ(rw.size(), 1u);
+    EXPECT_EQ(rw[0].wr_id, static_cast<uint64_t>(round));
+    EXPECT_EQ(wait_wc(a.scq, 1).size(), 1u);
+  }
+  // Not armed: no event.
+  ibv_cq* ev_cq = nullptr;
+  void* ev_ctx = nullptr;
+  pollfd pfd{b.channel->fd, POLLIN, 0};
+  if (::poll(&pfd, 1, 0) == 1) {
+    ASSERT_EQ(ibv_get_cq_event(b.channel, &ev_cq, &ev_ctx), 0);  // the last re-arm is still pending
+    ibv_ack_cq_events(ev_cq, 1);
+  }
+  // A channel in use cannot be destroyed.
+  EXPECT_EQ(ibv_destroy_comp_channel(b.channel), EBUSY);
+}
+
+TEST_F(VerbsTest, BadLkeyIsALocalProtectionError) {
+  pair();
+  Buffer& src = a.buffer(64);
+  Buffer& dst = b.buffer(64);
+  ibv_sge s{src.addr(), 64, src.mr->lkey + 0x1000};
+  ibv_send_wr wr{};
+  wr.wr_id = 99;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  wr.wr.rdma.remote_addr = dst.addr();
+  wr.wr.rdma.rkey = dst.mr->rkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(qa, &wr, &bad), 0);  // reported as a completion, not at post
+  auto sw = wait_wc(a.scq, 1);
+  ASSERT_EQ(sw.size(), 1u);
+  EXPECT_EQ(sw[0].wr_id, 99u);
+  EXPECT_EQ(sw[0].status, IBV_WC_LOC_PROT_ERR);
+  EXPECT_EQ(sw[0].qp_num, qa->qp_num);
+  // The QP is in error now: later work is flushed.
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  ASSERT_EQ(ibv_query_qp(qa, &attr, IBV_QP_STATE, &init), 0);
+  EXPECT_EQ(attr.qp_state, IBV_QPS_ERR);
+  s.lkey = src.mr->lkey;
+  wr.wr_id = 100;
+  ASSERT_EQ(ibv_post_send(qa, &wr, &bad), 0);
+  sw = wait_wc(a.scq, 1);
+  ASSERT_EQ(sw.size(), 1u);
+  EXPECT_EQ(sw[0].wr_id, 100u);
+  EXPECT_EQ(sw[0].status, IBV_WC_WR_FLUSH_ERR);
+}
+
+TEST_F(VerbsTest, RemoteAccessErrors) {
+  pair();
+  Buffer& src = a.buffer(4096);
+  Buffer& readonly = b.buffer(4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+  ibv_sge s = sge(src, 0, 64);
+  ibv_send_wr wr{};
+  wr.wr_id = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  wr.wr.rdma.remote_addr = readonly.addr();
+  wr.wr.rdma.rkey = readonly.mr->rkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(qa, &wr, &bad), 0);
+  auto sw = wait_wc(a.scq, 1);
+  ASSERT_EQ(sw.size(), 1u);
+  EXPECT_EQ(sw[0].status, IBV_WC_REM_ACCESS_ERR);
+
+  // Out of bounds read on a fresh pair.
+  qa = make_qp(a);
+  qb = make_qp(b);
+  ASSERT_NO_FATAL_FAILURE(connect(qa, a, qb, b));
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.wr_id = 2;
+  s = sge(src, 0, 128);
+  wr.wr.rdma.remote_addr = readonly.addr() + 4096 - 64;
+  ASSERT_EQ(ibv_post_send(qa, &wr, &bad), 0);
+  sw = wait_wc(a.scq, 1);
+  ASSERT_EQ(sw.size(), 1u);
+  EXPECT_EQ(sw[0].wr_id, 2u);
+  EXPECT_EQ(sw[0].status, IBV_WC_REM_ACCESS_ERR);
+}
+
+TEST_F(VerbsTest, ModifyQpStateMachine) {
+  ibv_qp* qp = make_qp(a);
+  ibv_qp* peer = make_qp(b);
+  ASSERT_NE(qp, nullptr);
+  ibv_qp_attr attr{};
+  // RESET -> RTS is not a transition.
+  attr.qp_state = IBV_QPS_RTS;
+  EXPECT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE), EINVAL);
+  // RESET -> INIT without the required attributes.
+  attr = {};
+  attr.qp_state = IBV_QPS_INIT;
+  EXPECT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE), EINVAL);
+  EXPECT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PORT | IBV_QP_PKEY_INDEX), EINVAL);
+  // ... with one that does not belong to it.
+  attr.port_num = 1;
+  EXPECT_EQ(ibv_modify_qp(qp, &attr,
+                          IBV_QP_STATE | IBV_QP_PORT | IBV_QP_PKEY_INDEX | IBV_QP_ACCESS_FLAGS | IBV_QP_SQ_PSN),
+            EINVAL);
+  // ... with a bad port.
+  attr.port_num = 2;
+  EXPECT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PORT | IBV_QP_PKEY_INDEX | IBV_QP_ACCESS_FLAGS),
+            EINVAL);
+  ASSERT_EQ(to_init(qp), 0);
+  EXPECT_EQ(qp->state, IBV_QPS_INIT);
+  // INIT -> RTS skips RTR.
+  EXPECT_EQ(to_rts(qp), EINVAL);
+  // INIT -> RTR without MIN_RNR_TIMER.
+  attr = {};
+  attr.qp_state = IBV_QPS_RTR;
+  EXPECT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN),
+            EINVAL);
+  ASSERT_EQ(to_init(peer), 0);
+  ASSERT_EQ(to_rtr(qp, b.ctx, peer->qp_num), 0);
+  ASSERT_EQ(to_rts(qp), 0);
+  EXPECT_EQ(qp->state, IBV_QPS_RTS);
+  // RTS -> RTS with an optional attribute.
+  attr = {};
+  attr.min_rnr_timer = 5;
+  EXPECT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_MIN_RNR_TIMER), 0);
+  // RTS -> SQD is not supported.
+  attr.qp_state = IBV_QPS_SQD;
+  EXPECT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE), EINVAL);
+
+  ibv_qp_init_attr init{};
+  ASSERT_EQ(ibv_query_qp(qp, &attr, IBV_QP_STATE | IBV_QP_DEST_QPN | IBV_QP_TIMEOUT, &init), 0);
+  EXPECT_EQ(attr.qp_state, IBV_QPS_RTS);
+  EXPECT_EQ(attr.dest_qp_num, peer->qp_num);
+  EXPECT_EQ(attr.timeout, 14);
+  EXPECT_EQ(attr.retry_cnt, 7);
+  EXPECT_EQ(attr.sq_psn, 0x456u);
+  EXPECT_EQ(attr.rq_psn, 0x123u);
+  EXPECT_EQ(attr.min_rnr_timer, 5);
+  EXPECT_EQ(attr.path_mtu, IBV_MTU_4096);
+  EXPECT_EQ(attr.ah_attr.is_global, 1);
+  EXPECT_EQ(init.qp_type, IBV_QPT_RC);
+  EXPECT_EQ(init.send_cq, a.scq);
+  EXPECT_EQ(init.sq_sig_all, 1);
+
+  // Any state -> ERR -> RESET -> INIT again.
+  attr = {};
+  attr.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE), 0);
+  attr.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE), 0);
+  ASSERT_EQ(to_init(qp), 0);
+  // Posting to a QP that is not RTS fails at post time.
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND;
+  ibv_send_wr* bad = nullptr;
+  EXPECT_EQ(ibv_post_send(qp, &wr, &bad), EINVAL);
+  EXPECT_EQ(bad, &wr);
+}
+
+TEST_F(VerbsTest, QpNumbersEncodeTheHomePort) {
+  ibv_qp* qp1 = make_qp(a);
+  ibv_qp* qp2 = make_qp(a);
+  const uint16_t port = metaroce_dv_home_port(a.ctx);
+  EXPECT_EQ(qp1->qp_num, (static_cast<uint32_t>(port - 4792) << 12) | 1);
+  EXPECT_EQ(qp2->qp_num, qp1->qp_num + 1);
+  EXPECT_NE(metaroce_dv_home_port(a.ctx), metaroce_dv_home_port(b.ctx));
+}
+
+TEST_F(VerbsTest, CreateQpRejectsWhatIsNotSupported) {
+  ibv_qp_init_attr attr{};
+  attr.send_cq = a.scq;
+  attr.recv_cq = a.rcq;
+  attr.cap.max_send_wr = 4;
+  attr.cap.max_recv_wr = 4;
+  attr.qp_type = IBV_QPT_UD;
+  EXPECT_EQ(ibv_create_qp(a.pd, &attr), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  attr.qp_type = IBV_QPT_UC;
+  EXPECT_EQ(ibv_create_qp(a.pd, &attr), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  attr.qp_type = IBV_QPT_RC;
+  attr.cap.max_send_sge = 5;
+  EXPECT_EQ(ibv_create_qp(a.pd, &attr), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  attr.cap.max_send_sge = 1;
+  attr.cap.max_send_wr = 1u << 20;
+  EXPECT_EQ(ibv_create_qp(a.pd, &attr), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  attr.cap.max_send_wr = 4;
+  attr.send_cq = b.scq;  // another context's CQ
+  EXPECT_EQ(ibv_create_qp(a.pd, &attr), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  // Memory registration rules.
+  char buf[64];
+  EXPECT_EQ(ibv_reg_mr(a.pd, buf, sizeof buf, static_cast<int>(IBV_ACCESS_REMOTE_WRITE)), nullptr);  // needs LOCAL_WRITE
+  EXPECT_EQ(errno, EINVAL);
+}
+
+TEST_F(VerbsTest, CqInUseCannotBeDestroyed) {
+  ibv_qp* qp = make_qp(a);
+  ASSERT_NE(qp, nullptr);
+  EXPECT_EQ(ibv_destroy_cq(a.scq), EBUSY);
+}
+
+TEST_F(VerbsTest, SendBeforeReceiveIsRetried) {
+  pair();
+  Buffer& src = a.buffer(128);
+  Buffer& dst = b.buffer(128);
+  fill(src, 5);
+  ibv_sge s = sge(src, 0, 128);
+  ibv_send_wr wr{};
+  wr.wr_id = 3;
+  wr.opcode = IBV_WR_SEND;
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(qa, &wr, &bad), 0);
+  // No receive yet: receiver-not-ready, retried (rnr_retry = 7: forever).
+  EXPECT_EQ(wait_wc(a.scq, 1, std::chrono::milliseconds(30)).size(), 0u);
+  ASSERT_EQ(post_recv(qb, 4, {sge(dst, 0, 128)}), 0);
+  const auto sw = wait_wc(a.scq, 1);
+  ASSERT_EQ(sw.size(), 1u);
+  EXPECT_EQ(sw[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wait_wc(b.rcq, 1).size(), 1u);
+  EXPECT_EQ(src.bytes, dst.bytes);
+}
+
+TEST_F(VerbsTest, WorkRequestApi) {
+  ibv_qp_init_attr_ex ax{};
+  ax.send_cq = a.scq;
+  ax.recv_cq = a.rcq;
+  ax.qp_type = IBV_QPT_RC;
+  ax.cap.max_send_wr = 16;
+  ax.cap.max_recv_wr = 16;
+  ax.cap.max_send_sge = 2;
+  ax.cap.max_recv_sge = 2;
+  ax.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  ax.pd = a.pd;
+  ax.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND_WITH_IMM |
+                      IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_RDMA_READ;
+  qa = ibv_create_qp_ex(a.ctx, &ax);
+  ASSERT_NE(qa, nullptr) << std::strerror(errno);
+  a.qps.push_back(qa);
+  EXPECT_EQ(qa->context, a.ctx);
+  EXPECT_EQ(qa->pd, a.pd);
+  EXPECT_EQ(qa->state, IBV_QPS_RESET);
+  ibv_qp_ex* qx = ibv_qp_to_qp_ex(qa);
+  ASSERT_NE(qx, nullptr);
+  qb = make_qp(b);
+  ASSERT_NO_FATAL_FAILURE(connect(qa, a, qb, b));
+
+  Buffer& src = a.buffer(8192);
+  Buffer& dst = b.buffer(8192);
+  Buffer& counter = b.buffer(8);
+  Buffer& old = a.buffer(8);
+  fill(src, 33);
+  uint64_t start = 40;
+  std::memcpy(counter.data(), &start, 8);
+  ASSERT_EQ(post_recv(qb, 77, {sge(dst, 4096, 4096)}), 0);
+  char message[] = "inline hello";
+
+  ibv_wr_start(qx);
+  qx->wr_id = 1;
+  qx->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_rdma_write(qx, dst.mr->rkey, dst.addr());
+  ibv_wr_set_sge(qx, src.mr->lkey, src.addr(), 4096);
+  qx->wr_id = 2;
+  qx->wr_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+  ibv_wr_send_imm(qx, htobe32(0xabcd));
+  ibv_wr_set_inline_data(qx, message, sizeof message);
+  qx->wr_id = 3;
+  qx->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_atomic_fetch_add(qx, counter.mr->rkey, counter.addr(), 2);
+  ibv_wr_set_sge(qx, old.mr->lkey, old.addr(), 8);
+  ASSERT_EQ(ibv_wr_complete(qx), 0);
+  std::memset(message, 0, sizeof message);
+
+  const auto sw = wait_wc(a.scq, 3);
+  ASSERT_EQ(sw.size(), 3u);
+  EXPECT_EQ(sw[0].wr_id, 1u);
+  EXPECT_EQ(sw[0].opcode, IBV_WC_RDMA_WRITE);
+  EXPECT_EQ(sw[1].wr_id, 2u);
+  EXPECT_EQ(sw[1].opcode, IBV_WC_SEND);
+  EXPECT_EQ(sw[2].wr_id, 3u);
+  EXPECT_EQ(sw[2].opcode, IBV_WC_FETCH_ADD);
+  for (const ibv_wc& w : sw) EXPECT_EQ(w.status, IBV_WC_SUCCESS);
+  const auto rw = wait_wc(b.rcq, 1);
+  ASSERT_EQ(rw.size(), 1u);
+  EXPECT_EQ(rw[0].imm_data, htobe32(0xabcd));
+  EXPECT_EQ(std::memcmp(dst.data() + 4096, "inline hello", 13), 0);
+  EXPECT_EQ(std::memcmp(dst.data(), src.data(), 4096), 0);
+  uint64_t v = 0;
+  std::memcpy(&v, old.data(), 8);
+  EXPECT_EQ(v, 40u);
+  std::memcpy(&v, counter.data(), 8);
+  EXPECT_EQ(v, 42u);
+
+  // An unsupported builder fails the batch; abort discards it.
+  ibv_wr_start(qx);
+  qx->wr_id = 9;
+  ibv_wr_send_inv(qx, 1);
+  EXPECT_EQ(ibv_wr_complete(qx), EOPNOTSUPP);
+  ibv_wr_start(qx);
+  ibv_wr_send(qx);
+  ibv_wr_abort(qx);
+  EXPECT_EQ(wait_wc(a.scq, 1, std::chrono::milliseconds(20)).size(), 0u);
+}
+
+TEST_F(VerbsTest, ManyQueuePairsAtOnce) {
+  constexpr int kPairs = 8;
+  constexpr size_t kSize = 64 * 1024;
+  std::vector<ibv_qp*> as, bs;
+  for (int i = 0; i < kPairs; ++i) {
+    as.push_back(make_qp(a));
+    bs.push_back(make_qp(b));
+    ASSERT_NO_FATAL_FAILURE(connect(as.back(), a, bs.back(), b));
+  }
+  Buffer& src = a.buffer(kSize * kPairs);
+  Buffer& dst = b.buffer(kSize * kPairs);
+  fill(src, 11);
+  for (int i = 0; i < kPairs; ++i) {
+    ASSERT_EQ(post_recv(bs[i], static_cast<uint64_t>(i), {sge(dst, i * kSize, kSize)}), 0);
+    ibv_sge s = sge(src, i * kSize, kSize);
+    ibv_send_wr wr{};
+    wr.wr_id = static_cast<uint64_t>(i);
+    wr.opcode = IBV_WR_SEND;
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(as[i], &wr, &bad), 0);
+  }
+  const auto rw = wait_wc(b.rcq, kPairs);
+  ASSERT_EQ(rw.size(), static_cast<size_t>(kPairs));
+  for (const ibv_wc& w : rw) EXPECT_EQ(w.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wait_wc(a.scq, kPairs).size(), static_cast<size_t>(kPairs));
+  EXPECT_EQ(src.bytes, dst.bytes);
+}
+
+}  // namespace

@@ -1,0 +1,432 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//
+// io-loopback-bench: goodput of one large RDMA WRITE transfer between two
+// io::Runtimes over 127.0.0.1, for io_uring and the sendmmsg fallback, with
+// and without GSO/GRO, next to a raw UDP baseline measured in the same run (a
+// tight sendmsg + UDP_SEGMENT loop into a receiver thread doing recvmsg with
+// UDP_GRO). One JSON object per line on stdout.
+//
+//   io-loopback-bench [--mib N] [--message-kib N] [--mtu N] [--paths N]
+//                     [--horizon-us N] [--rate-gbps N] [--runs N] [--case NAME]
+// Cases: raw-gso, raw-plain, engine-only, uring-gso, uring, mmsg-gso, mmsg
+// (default: all).
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime.h"
+
+namespace {
+
+using metaroce::io::Runtime;
+using metaroce::io::RuntimeOptions;
+using metaroce::io::RuntimeStats;
+using metaroce::transport::Completion;
+using metaroce::transport::Endpoint;
+using metaroce::transport::Time;
+
+struct Args {
+  size_t mib = 256;
+  size_t message_kib = 1024;
+  uint32_t mtu = 4096;
+  uint16_t paths = 4;
+  uint64_t horizon_us = 100;
+  uint64_t rate_gbps = 100;
+  int runs = 1;
+  std::string only;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+}
+
+void set_buffers(int fd, int bytes) {
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof bytes) != 0)
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+  if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof bytes) != 0)
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+}
+
+// --- raw UDP baseline ----------------------------------------------------------
+
+void run_raw(const Args& args, bool gso) {
+  const size_t total = args.mib << 20;
+  const uint32_t datagram = args.mtu + 56;  // what the engine puts on the wire per data packet
+  const uint32_t per_send = gso ? std::max<uint32_t>(1, 65000 / datagram) : 1;
+
+  const int rx = socket(AF_INET, SOCK_DGRAM, 0);
+  const int tx = socket(AF_INET, SOCK_DGRAM, 0);
+  set_buffers(rx, 8 << 20);
+  set_buffers(tx, 8 << 20);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(rx, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  socklen_t length = sizeof address;
+  getsockname(rx, reinterpret_cast<sockaddr*>(&address), &length);
+  const int one = 1;
+  if (gso) setsockopt(rx, SOL_UDP, UDP_GRO, &one, sizeof one);
+  timeval timeout{0, 200'000};
+  setsockopt(rx, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  connect(tx, reinterpret_cast<sockaddr*>(&address), sizeof address);
+
+  std::atomic<bool> sender_done{false};
+  std::atomic<size_t> received{0};
+  std::atomic<uint64_t> receive_calls{0};
+  auto last_byte = std::chrono::steady_clock::now();
+  std::thread receiver([&] {
+    std::vector<uint8_t> buffer(65536);
+    alignas(8) uint8_t control[128];
+    size_t got = 0;
+    uint64_t calls = 0;
+    while (got < total) {
+      iovec iov{buffer.data(), buffer.size()};
+      msghdr h{};
+      h.msg_iov = &iov;
+      h.msg_iovlen = 1;
+      h.msg_control = control;
+      h.msg_controllen = sizeof control;
+      const ssize_t n = recvmsg(rx, &h, 0);
+      ++calls;
+      if (n < 0) {
+        if (sender_done.load()) break;  // timed out after the sender finished: the rest was lost
+        continue;
+      }
+      got += static_cast<size_t>(n);
+      last_byte = std::chrono::steady_clock::now();
+    }
+    received = got;
+    receive_calls = calls;
+  });
+
+  std::vector<uint8_t> payload(size_t{datagram} * per_send, 0x5a);
+  alignas(8) uint8_t control[CMSG_SPACE(sizeof(uint16_t))] = {};
+  const double cpu0 = cpu_seconds();
+  const auto start = std::chrono::steady_clock::now();
+  size_t sent = 0;
+  uint64_t send_calls = 0;
+  while (sent < total) {
+    iovec iov{payload.data(), payload.size()};
+    msghdr h{};
+    h.msg_iov = &iov;
+    h.msg_iovlen = 1;
+    if (per_send > 1) {
+      h.msg_control = control;
+      h.msg_controllen = sizeof control;
+      cmsghdr* c = CMSG_FIRSTHDR(&h);
+      c->cmsg_level = SOL_UDP;
+      c->cmsg_type = UDP_SEGMENT;
+      c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+      const uint16_t segment = static_cast<uint16_t>(datagram);
+      std::memcpy(CMSG_DATA(c), &segment, sizeof segment);
+    }
+    const ssize_t n = sendmsg(tx, &h, 0);
+    ++send_calls;
+    if (n > 0) sent += static_cast<size_t>(n);
+  }
+  sender_done = true;
+  receiver.join();
+  const double wall = std::chrono::duration<double>(last_byte - start).count();
+  const double cpu = cpu_seconds() - cpu0;
+  std::printf(
+      "{\"bench\":\"io_loopback\",\"case\":\"%s\",\"gso\":%s,\"gro\":%s,\"bytes_sent\":%zu,\"bytes_received\":%zu,"
+      "\"loss_pct\":%.2f,\"datagram_bytes\":%u,\"seconds\":%.4f,\"goodput_gbps\":%.2f,\"cpu_seconds\":%.3f,"
+      "\"send_syscalls\":%llu,\"receive_syscalls\":%llu}\n",
+      gso ? "raw-udp-gso" : "raw-udp", gso ? "true" : "false", gso ? "true" : "false", sent, received.load(),
+      100.0 * (1.0 - static_cast<double>(received.load()) / static_cast<double>(sent)), datagram, wall,
+      static_cast<double>(received.load()) * 8 / wall / 1e9, cpu, static_cast<unsigned long long>(send_calls),
+      static_cast<unsigned long long>(receive_calls.load()));
+  std::fflush(stdout);
+  close(rx);
+  close(tx);
+}
+
+// --- MetaRoCE over io::Runtime ---------------------------------------------------
+
+class Waiter {
+ public:
+  void signal() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++signals_;
+    }
+    cv_.notify_all();
+  }
+  uint64_t signals() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return signals_;
+  }
+  bool wait_change(uint64_t seen, std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return cv_.wait_until(lock, deadline, [&] { return signals_ != seen; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  uint64_t signals_ = 0;
+};
+
+void run_metaroce(const Args& args, bool io_uring, bool gso, std::vector<uint8_t>& source,
+                  std::vector<uint8_t>& sink) {
+  const size_t total = args.mib << 20;
+  const size_t message = args.message_kib << 10;
+  RuntimeOptions options;
+  options.allow_io_uring = io_uring;
+  options.use_gso = gso;
+  options.use_gro = gso;
+  options.pacing_horizon_ns = args.horizon_us * 1000;
+  options.endpoint.paths = args.paths;
+  options.endpoint.mtu = args.mtu;
+  options.endpoint.path_rate_bps = args.rate_gbps * 1'000'000'000 / std::max<uint16_t>(args.paths, 1);
+  options.endpoint.base_rtt_ns = 100'000;
+  options.endpoint.min_rto_ns = 2'000'000;
+  options.endpoint.cc.target_queue_delay_ns = 2'000'000;
+  std::string error;
+  Waiter waiter;
+  auto a = Runtime::create(options, error);
+  auto b = a ? Runtime::create(options, error) : nullptr;
+  if (!a || !b) {
+    std::fprintf(stderr, "runtime: %s\n", error.c_str());
+    std::exit(1);
+  }
+  a->set_completion_listener([&](uint32_t) { waiter.signal(); });
+  metaroce::transport::QpConfig qp_config;
+  qp_config.timeout_ns = 50'000'000;
+  uint32_t cq_a = 0, qp_a = 0, key_a = 0, cq_b = 0, qp_b = 0, key_b = 0;
+  a->with_engine([&](Endpoint& e, Time) {
+    cq_a = e.create_cq(4096);
+    qp_a = e.create_qp(1, cq_a, cq_a, qp_config);
+    key_a = *e.memory().register_region(1, reinterpret_cast<uintptr_t>(source.data()), total,
+                                        metaroce::transport::kAccessLocalWrite);
+  });
+  b->with_engine([&](Endpoint& e, Time) {
+    cq_b = e.create_cq(4096);
+    qp_b = e.create_qp(1, cq_b, cq_b, qp_config);
+    key_b = *e.memory().register_region(
+        1, reinterpret_cast<uintptr_t>(sink.data()), total,
+        metaroce::transport::kAccessLocalWrite | metaroce::transport::kAccessRemoteWrite);
+  });
+  const auto peer_b = a->peer_for(b->local_address());
+  const auto peer_a = b->peer_for(a->local_address());
+  a->with_engine([&](Endpoint& e, Time) {
+    e.modify_qp_to_init(qp_a);
+    e.modify_qp_to_rtr(qp_a, peer_b, qp_b, qp_config);
+    e.modify_qp_to_rts(qp_a);
+  });
+  b->with_engine([&](Endpoint& e, Time) {
+    e.modify_qp_to_init(qp_b);
+    e.modify_qp_to_rtr(qp_b, peer_a, qp_a, qp_config);
+    e.modify_qp_to_rts(qp_b);
+  });
+  std::memset(sink.data(), 0, total);
+
+  const double cpu0 = cpu_seconds();
+  const auto start = std::chrono::steady_clock::now();
+  const size_t messages = (total + message - 1) / message;
+  a->with_engine([&](Endpoint& e, Time) {
+    for (size_t i = 0; i < messages; ++i) {
+      metaroce::transport::SendWr wr;
+      wr.wr_id = i;
+      wr.opcode = metaroce::transport::WrOpcode::RdmaWrite;
+      wr.num_sge = 1;
+      const size_t offset = i * message;
+      wr.sg[0] = {reinterpret_cast<uintptr_t>(source.data()) + offset,
+                  static_cast<uint32_t>(std::min(message, total - offset)), key_a};
+      wr.remote_addr = reinterpret_cast<uintptr_t>(sink.data()) + offset;
+      wr.rkey = key_b;
+      e.post_send(qp_a, wr);
+    }
+  });
+  size_t done = 0;
+  size_t failed = 0;
+  const auto deadline = start + std::chrono::seconds(300);
+  while (done < messages) {
+    const uint64_t seen = waiter.signals();
+    a->with_engine([&](Endpoint& e, Time) {
+      Completion batch[64];
+      while (size_t n = e.poll_cq(cq_a, batch)) {
+        for (size_t i = 0; i < n; ++i) failed += batch[i].status != metaroce::transport::WcStatus::Success;
+        done += n;
+      }
+    });
+    if (done >= messages) break;
+    if (!waiter.wait_change(seen, deadline)) break;
+  }
+  const double wall = seconds_since(start);
+  const double cpu = cpu_seconds() - cpu0;
+  const bool intact = done == messages && failed == 0 && std::memcmp(source.data(), sink.data(), total) == 0;
+  const RuntimeStats sa = a->stats();
+  const RuntimeStats sb = b->stats();
+  const auto ca = a->with_engine([](Endpoint& e, Time) { return e.counters(); });
+  std::printf(
+      "{\"bench\":\"io_loopback\",\"case\":\"metaroce\",\"backend\":\"%s\",\"gso\":%s,\"gro\":%s,\"bytes\":%zu,"
+      "\"message_bytes\":%zu,\"mtu\":%u,\"paths\":%u,\"horizon_us\":%llu,\"intact\":%s,\"seconds\":%.4f,"
+      "\"goodput_gbps\":%.2f,\"cpu_seconds\":%.3f,\"datagrams_sent\":%llu,\"send_syscalls\":%llu,"
+      "\"gso_sends\":%llu,\"receiver_datagrams\":%llu,\"receiver_syscalls\":%llu,\"gro_receives\":%llu,"
+      "\"retransmits\":%llu,\"sender_wakeups\":%llu,\"receiver_wakeups\":%llu}\n",
+      sa.io_uring ? "io_uring" : "sendmmsg", sa.gso ? "true" : "false", sb.gro ? "true" : "false", total, message,
+      args.mtu, args.paths, static_cast<unsigned long long>(args.horizon_us), intact ? "true" : "false", wall,
+      intact ? static_cast<double>(total) * 8 / wall / 1e9 : 0.0, cpu,
+      static_cast<unsigned long long>(sa.datagrams_sent), static_cast<unsigned long long>(sa.send_syscalls),
+      static_cast<unsigned long long>(sa.gso_sends), static_cast<unsigned long long>(sb.datagrams_received),
+      static_cast<unsigned long long>(sb.receive_syscalls), static_cast<unsigned long long>(sb.gro_receives),
+      static_cast<unsigned long long>(ca.tx_retransmits), static_cast<unsigned long long>(sa.progress_wakeups),
+      static_cast<unsigned long long>(sb.progress_wakeups));
+  std::fflush(stdout);
+}
+
+// --- the engine alone ------------------------------------------------------------
+
+// The same transfer between two Endpoints in this thread, datagrams handed
+// over directly and the clock jumping to the next event: the CPU cost of the
+// engine without any I/O, an upper bound for one core.
+void run_engine_only(const Args& args, std::vector<uint8_t>& source, std::vector<uint8_t>& sink) {
+  using namespace metaroce::transport;
+  const size_t total = args.mib << 20;
+  const size_t message = args.message_kib << 10;
+  EndpointConfig config;
+  config.paths = args.paths;
+  config.mtu = args.mtu;
+  config.path_rate_bps = args.rate_gbps * 1'000'000'000 / std::max<uint16_t>(args.paths, 1);
+  config.base_rtt_ns = 100'000;
+  config.min_rto_ns = 2'000'000;
+  config.cc.target_queue_delay_ns = 2'000'000;
+  Endpoint a(config);
+  Endpoint b(config);
+  QpConfig qp_config;
+  qp_config.timeout_ns = 50'000'000;
+  const uint32_t cq_a = a.create_cq(4096);
+  const uint32_t qp_a = a.create_qp(1, cq_a, cq_a, qp_config);
+  const uint32_t cq_b = b.create_cq(4096);
+  const uint32_t qp_b = b.create_qp(1, cq_b, cq_b, qp_config);
+  const uint32_t key_a = *a.memory().register_region(1, reinterpret_cast<uintptr_t>(source.data()), total, kAccessLocalWrite);
+  const uint32_t key_b = *b.memory().register_region(1, reinterpret_cast<uintptr_t>(sink.data()), total,
+                                                     kAccessLocalWrite | kAccessRemoteWrite);
+  a.modify_qp_to_init(qp_a);
+  a.modify_qp_to_rtr(qp_a, 2, qp_b, qp_config);  // peer ids: a is 1, b is 2
+  a.modify_qp_to_rts(qp_a);
+  b.modify_qp_to_init(qp_b);
+  b.modify_qp_to_rtr(qp_b, 1, qp_a, qp_config);
+  b.modify_qp_to_rts(qp_b);
+  std::memset(sink.data(), 0, total);
+  std::vector<uint8_t> buffer(std::max(a.max_datagram_bytes(), b.max_datagram_bytes()));
+  const double cpu0 = cpu_seconds();
+  const auto start = std::chrono::steady_clock::now();
+  const size_t messages = (total + message - 1) / message;
+  for (size_t i = 0; i < messages; ++i) {
+    SendWr wr;
+    wr.wr_id = i;
+    wr.opcode = WrOpcode::RdmaWrite;
+    wr.num_sge = 1;
+    const size_t offset = i * message;
+    wr.sg[0] = {reinterpret_cast<uintptr_t>(source.data()) + offset,
+                static_cast<uint32_t>(std::min(message, total - offset)), key_a};
+    wr.remote_addr = reinterpret_cast<uintptr_t>(sink.data()) + offset;
+    wr.rkey = key_b;
+    a.post_send(qp_a, wr);
+  }
+  Time now = 1'000'000;
+  size_t done = 0;
+  uint64_t datagrams = 0;
+  Completion batch[64];
+  for (uint64_t step = 0; done < messages && step < 100'000'000; ++step) {
+    bool moved = false;
+    while (auto d = a.poll_transmit(now, buffer)) {
+      b.on_datagram(now, 1, {buffer.data(), d->length}, false);
+      moved = true;
+      ++datagrams;
+    }
+    while (auto d = b.poll_transmit(now, buffer)) {
+      a.on_datagram(now, 2, {buffer.data(), d->length}, false);
+      moved = true;
+    }
+    while (size_t n = a.poll_cq(cq_a, batch)) done += n;
+    if (moved) continue;
+    const Time next = std::min(a.next_wakeup(), b.next_wakeup());
+    if (next == kNever) break;
+    now = std::max(now + 1, next);
+    if (a.next_wakeup() <= now) a.on_timer(now);
+    if (b.next_wakeup() <= now) b.on_timer(now);
+  }
+  const double wall = seconds_since(start);
+  const double cpu = cpu_seconds() - cpu0;
+  const bool intact = done == messages && std::memcmp(source.data(), sink.data(), total) == 0;
+  std::printf(
+      "{\"bench\":\"io_loopback\",\"case\":\"engine-only\",\"bytes\":%zu,\"mtu\":%u,\"paths\":%u,\"intact\":%s,"
+      "\"seconds\":%.4f,\"goodput_gbps\":%.2f,\"cpu_seconds\":%.3f,\"datagrams_sent\":%llu}\n",
+      total, args.mtu, args.paths, intact ? "true" : "false", wall,
+      intact ? static_cast<double>(total) * 8 / wall / 1e9 : 0.0, cpu, static_cast<unsigned long long>(datagrams));
+  std::fflush(stdout);
+}
+
+bool parse(int argc, char** argv, Args& args) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) return false;
+    const char* value = argv[++i];
+    if (flag == "--mib") args.mib = std::strtoull(value, nullptr, 10);
+    else if (flag == "--message-kib") args.message_kib = std::strtoull(value, nullptr, 10);
+    else if (flag == "--mtu") args.mtu = static_cast<uint32_t>(std::strtoul(value, nullptr, 10));
+    else if (flag == "--paths") args.paths = static_cast<uint16_t>(std::strtoul(value, nullptr, 10));
+    else if (flag == "--horizon-us") args.horizon_us = std::strtoull(value, nullptr, 10);
+    else if (flag == "--rate-gbps") args.rate_gbps = std::strtoull(value, nullptr, 10);
+    else if (flag == "--runs") args.runs = std::atoi(value);
+    else if (flag == "--case") args.only = value;
+    else return false;
+  }
+  return args.mib > 0 && args.message_kib > 0 && args.paths > 0 && args.runs > 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  if (!parse(argc, argv, args)) {
+    std::fprintf(stderr,
+                 "usage: io-loopback-bench [--mib N] [--message-kib N] [--mtu N] [--paths N] [--horizon-us N]\n"
+                 "                         [--rate-gbps N] [--runs N] [--case raw-gso|raw-plain|engine-only|uring-gso|"
+                 "uring|mmsg-gso|mmsg]\n");
+    return 2;
+  }
+  const size_t total = args.mib << 20;
+  std::vector<uint8_t> source(total);
+  std::vector<uint8_t> sink(total);
+  uint64_t x = 1;
+  for (size_t i = 0; i + 8 <= total; i += 8) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    std::memcpy(source.data() + i, &x, 8);
+  }
+  auto want = [&](const char* name) { return args.only.empty() || args.only == name; };
+  for (int run = 0; run < args.runs; ++run) {
+    if (want("raw-gso")) run_raw(args, true);
+    if (want("raw-plain")) run_raw(args, false);
+    if (want("engine-only")) run_engine_only(args, source, sink);
+    if (want("uring-gso")) run_metaroce(args, true, true, source, sink);
+    if (want("uring")) run_metaroce(args, true, false, source, sink);
+    if (want("mmsg-gso")) run_metaroce(args, false, true, source, sink);
+    if (want("mmsg")) run_metaroce(args, false, false, source, sink);
+  }
+  return 0;
+}
