@@ -29,11 +29,11 @@
 #include <string>
 #include <vector>
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+#include "replay_support.h"
 
 namespace {
 
-using Bytes = std::vector<uint8_t>;
+using replay::Bytes;
 
 constexpr int kGenerated = 6000;
 constexpr uint64_t kSeed = 0x456E64706F696E74ull;  // fixed: the run is reproducible
@@ -42,50 +42,9 @@ constexpr int kDeregFirst = 400;                    // inputs that start with B'
 constexpr bool kDeregAnywhere = true;               // see above
 constexpr uint8_t kCfgNoPartial = 0x08;             // as in fuzz_endpoint.cpp
 
-struct SplitMix {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  size_t below(size_t n) { return n == 0 ? 0 : static_cast<size_t>(next() % n); }
-  uint8_t byte() { return static_cast<uint8_t>(next()); }
-};
-
-size_t g_inputs = 0;
-
-void run_one(const uint8_t* data, size_t size) {
-  std::unique_ptr<uint8_t[]> copy;
-  if (size != 0) {
-    copy.reset(new uint8_t[size]);
-    std::memcpy(copy.get(), data, size);
-  }
-  LLVMFuzzerTestOneInput(copy.get(), size);
-  ++g_inputs;
-}
-
-void run_one(const Bytes& b) { run_one(b.data(), b.size()); }
-
-bool run_path(const std::filesystem::path& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    bool ok = true;
-    for (const auto& entry : std::filesystem::recursive_directory_iterator(path, ec)) {
-      if (entry.is_regular_file()) ok = run_path(entry.path()) && ok;
-    }
-    return ok && !ec;
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    std::fprintf(stderr, "replay: cannot read %s\n", path.c_str());
-    return false;
-  }
-  const Bytes bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  run_one(bytes);
-  return true;
-}
+using replay::run_one;
+using replay::run_path;
+using replay::SplitMix;
 
 // One record: operation byte, clock step byte, fields.
 void add_record(Bytes& out, SplitMix& rng) {
@@ -184,6 +143,6 @@ int main(int argc, char** argv) {
     for (int i = 0; i < kGenerated; ++i) run_one(generate(rng));
     for (int i = 0; i < kDeregFirst; ++i) run_one(generate_dereg_first(rng));
   }
-  std::printf("replay: %zu inputs, no failure\n", g_inputs);
+  std::printf("replay: %zu inputs, no failure\n", replay::inputs_run);
   return ok ? 0 : 1;
 }

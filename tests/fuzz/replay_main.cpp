@@ -24,60 +24,19 @@
 
 #include "metaroce/wire.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+#include "replay_support.h"
 
 namespace {
 
 using namespace metaroce::wire;
-using Bytes = std::vector<uint8_t>;
+using replay::Bytes;
 
 constexpr int kMutations = 20000;
 constexpr uint64_t kSeed = 0x4D657461526F4345ull;  // fixed: the run is reproducible
 
-struct SplitMix {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  size_t below(size_t n) { return n == 0 ? 0 : static_cast<size_t>(next() % n); }
-};
-
-size_t g_inputs = 0;
-
-void run_one(const uint8_t* data, size_t size) {
-  // Exact-size copy; a zero-length input is passed as a null pointer.
-  std::unique_ptr<uint8_t[]> copy;
-  if (size != 0) {
-    copy.reset(new uint8_t[size]);
-    std::memcpy(copy.get(), data, size);
-  }
-  LLVMFuzzerTestOneInput(copy.get(), size);
-  ++g_inputs;
-}
-
-void run_one(const Bytes& b) { run_one(b.data(), b.size()); }
-
-bool run_path(const std::filesystem::path& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    bool ok = true;
-    for (const auto& entry : std::filesystem::recursive_directory_iterator(path, ec)) {
-      if (entry.is_regular_file()) ok = run_path(entry.path()) && ok;
-    }
-    return ok && !ec;
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    std::fprintf(stderr, "replay: cannot read %s\n", path.c_str());
-    return false;
-  }
-  const Bytes bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  run_one(bytes);
-  return true;
-}
+using replay::run_one;
+using replay::run_path;
+using replay::SplitMix;
 
 Bytes data_packet(Opcode op, uint16_t path_id, uint32_t salt, size_t payload_len) {
   DataHeader h;
@@ -223,6 +182,6 @@ int main(int argc, char** argv) {
     mutate(b, rng);
     run_one(b);
   }
-  std::printf("replay: %zu inputs (%zu seeds), no failure\n", g_inputs, seeds.size());
+  std::printf("replay: %zu inputs (%zu seeds), no failure\n", replay::inputs_run, seeds.size());
   return ok ? 0 : 1;
 }
