@@ -67,11 +67,10 @@ class UringBackend final : public IoBackend {
     // The kernel may still reference our receive buffers, batch arenas and
     // the eventfd buffer: cancel everything and collect the completions
     // before the memory goes away (bounded).
-    if (io_uring_sqe* sqe = io_uring_get_sqe(&ring_)) {
-      io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
-      io_uring_sqe_set_data64(sqe, user_data(kTagCancel, 0, 0));
-    }
     shutting_down_ = true;
+    io_uring_sqe* sqe = get_sqe();
+    io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
+    io_uring_sqe_set_data64(sqe, user_data(kTagCancel, 0, 0));
     const transport::Time give_up = monotonic_ns() + 2'000'000'000;
     while (outstanding() > 0 && monotonic_ns() < give_up) {
       io_uring_cqe* cqe = nullptr;

@@ -85,6 +85,7 @@ void Connection::on_packet(Time now, const wire::Packet& packet, bool ce_marked)
       reply.type = wire::PacketType::ProbeReply;
       reply.path_id = packet.common.path_id;
       reply.probe = packet.probe;
+      rx_path_count_ = std::max<uint16_t>(rx_path_count_, static_cast<uint16_t>(packet.common.path_id + 1));
       control_.push_back(reply);
       break;
     }
@@ -160,7 +161,7 @@ void Connection::on_data(Time now, const wire::Packet& p, bool ce_marked) {
   dirty_paths_ |= uint64_t{1} << path_id;
   if (unacked_packets_++ == 0) oldest_unacked_ = now;
   if (h.flags & wire::kFlagAckRequest) ack_now_ = true;
-  last_rx_path_ = path_id;
+  rx_path_count_ = std::max<uint16_t>(rx_path_count_, static_cast<uint16_t>(path_id + 1));
   last_data_rx_ = now;
   any_data_rx_ = true;
 }
@@ -420,7 +421,12 @@ size_t Connection::send_ack(Time now, std::span<uint8_t> out, uint16_t& path_id)
     if (!listed) ack.streams[ack.stream_count++] = {qp->remote_qpn(), qp->completed_msn()};
   }
   if (!qps_.empty()) ack_stream_cursor_ = (ack_stream_cursor_ + 1) % qps_.size();
-  const size_t length = wire::encode_ack(out, origin(last_rx_path_), ack);
+  // ACKs rotate over the paths the peer uses: the reverse direction of a
+  // path is hashed independently and may be dead while its forward direction
+  // works, and every ACK repeats the cumulative state, so a dead reverse path
+  // then costs a fraction of the ACKs rather than all ACKs of a busy path.
+  const uint16_t ack_path = rocev2() ? 0 : static_cast<uint16_t>(ack_path_cursor_++ % std::max<uint16_t>(rx_path_count_, 1));
+  const size_t length = wire::encode_ack(out, origin(ack_path), ack);
   if (length == 0) return 0;
   dirty_paths_ = remaining;
   if (remaining == 0) {
@@ -428,7 +434,7 @@ size_t Connection::send_ack(Time now, std::span<uint8_t> out, uint16_t& path_id)
     oldest_unacked_ = kNever;
     ack_now_ = false;
   }
-  path_id = rocev2() ? 0 : last_rx_path_;
+  path_id = ack_path;
   ++endpoint_.counters_.tx_acks;
   return length;
 }
@@ -599,6 +605,12 @@ size_t Connection::poll_transmit(Time now, std::span<uint8_t> out, uint16_t& pat
     if (c.type == wire::PacketType::Nak) {
       ++endpoint_.counters_.tx_naks;
       return wire::encode_nak(out, origin(c.path_id), c.nak);
+    }
+    if (c.type == wire::PacketType::ProbeReply && !rocev2()) {
+      // The reply names the probed path in its header but leaves from the
+      // next slot in the ACK rotation: the probe proved the forward
+      // direction; the probed slot's reverse direction may be the dead one.
+      path_id = static_cast<uint16_t>(ack_path_cursor_++ % std::max<uint16_t>(rx_path_count_, 1));
     }
     return wire::encode_probe(out, origin(c.path_id), c.type, c.probe);
   }

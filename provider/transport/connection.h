@@ -146,7 +146,8 @@ class Connection {
   Time oldest_unacked_ = kNever;
   bool ack_now_ = false;
   size_t ack_stream_cursor_ = 0;
-  uint16_t last_rx_path_ = 0;
+  uint16_t rx_path_count_ = 0;   // highest path id the peer sent data on, + 1
+  uint32_t ack_path_cursor_ = 0;
   Time last_data_rx_ = 0;
   bool any_data_rx_ = false;
 

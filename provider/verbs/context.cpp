@@ -66,6 +66,10 @@ struct Options {
   // ACK a lone packet after this long (the engine's default is base RTT / 4):
   // a latency-bound requester waits for it before its next post.
   uint64_t ack_delay_ns = 10'000;
+  // RTO floor: a timeout on a busy host is usually a scheduling delay, and
+  // three in a row fail a path. Gaps in a path's sequence still repair loss
+  // at once; only tail loss waits for this.
+  uint64_t min_rto_ns = 4'000'000;
 };
 
 bool parse_unsigned(const char* text, unsigned long min, unsigned long max, unsigned long& out) {
@@ -117,6 +121,10 @@ bool options_from_env(Options& o) {
   if (const char* s = std::getenv("METAROCE_CC_TARGET_DELAY_US")) {
     if (!parse_unsigned(s, 1, 10'000'000, v)) return bad_env("METAROCE_CC_TARGET_DELAY_US", s);
     o.target_delay_ns = v * 1000;
+  }
+  if (const char* s = std::getenv("METAROCE_MIN_RTO_US")) {
+    if (!parse_unsigned(s, 10, 10'000'000, v)) return bad_env("METAROCE_MIN_RTO_US", s);
+    o.min_rto_ns = v * 1000;
   }
   if (const char* s = std::getenv("METAROCE_ACK_DELAY_US")) {
     if (!parse_unsigned(s, 1, 10'000'000, v)) return bad_env("METAROCE_ACK_DELAY_US", s);
@@ -192,6 +200,7 @@ std::unique_ptr<io::Runtime> start_runtime(const Device& device, const Options& 
   ro.endpoint.base_rtt_ns = o.base_rtt_ns;
   ro.endpoint.cc.target_queue_delay_ns = o.target_delay_ns;
   ro.endpoint.ack_delay_ns = o.ack_delay_ns;
+  ro.endpoint.min_rto_ns = o.min_rto_ns;
   const uint32_t first = o.home_port ? o.home_port : kHomePortBase;
   const uint32_t last = o.home_port ? o.home_port + 1 : kHomePortBase + kHomePortCount;
   int races = 0;
@@ -298,10 +307,33 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
   return &alloc->vctx;
 }
 
+// METAROCE_STATS=1: the engine's counters and per-path state on stderr when
+// the context closes, one JSON object (until the daemon collects them).
+void dump_stats(Context& ctx) {
+  const char* env = std::getenv("METAROCE_STATS");
+  if (!env || std::strcmp(env, "0") == 0) return;
+  ctx.engine([&](transport::Endpoint& e) {
+    const transport::EndpointCounters& c = e.counters();
+    std::fprintf(stderr,
+                 "{\"metaroce_stats\":{\"rx_datagrams\":%llu,\"rx_drop_malformed\":%llu,\"rx_drop_unknown_peer\":%llu,"
+                 "\"tx_data_packets\":%llu,\"tx_retransmits\":%llu,\"spurious_retransmits\":%llu,"
+                 "\"rto_expirations\":%llu,\"path_failures\":%llu,\"path_recoveries\":%llu,\"tx_acks\":%llu,"
+                 "\"rx_acks\":%llu,\"tx_probes\":%llu}}\n",
+                 (unsigned long long)c.rx_datagrams, (unsigned long long)c.rx_drop_malformed,
+                 (unsigned long long)c.rx_drop_unknown_peer, (unsigned long long)c.tx_data_packets,
+                 (unsigned long long)c.tx_retransmits, (unsigned long long)c.spurious_retransmits,
+                 (unsigned long long)c.rto_expirations, (unsigned long long)c.path_failures,
+                 (unsigned long long)c.path_recoveries, (unsigned long long)c.tx_acks,
+                 (unsigned long long)c.rx_acks, (unsigned long long)c.tx_probes);
+    return 0;
+  });
+}
+
 void free_context(ibv_context* context) {
   auto* alloc = reinterpret_cast<ContextAlloc*>(reinterpret_cast<char*>(context) -
                                                 offsetof(verbs_context, context));
   Context* impl = alloc->impl;
+  dump_stats(*impl);
   impl->runtime.reset();  // stops the progress thread first
   if (impl->async_write_fd >= 0) ::close(impl->async_write_fd);
   delete impl;
