@@ -312,13 +312,15 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
 void dump_stats(Context& ctx) {
   const char* env = std::getenv("METAROCE_STATS");
   if (!env || std::strcmp(env, "0") == 0) return;
+  const io::RuntimeStats io = ctx.runtime->stats();
   ctx.engine([&](transport::Endpoint& e) {
     const transport::EndpointCounters& c = e.counters();
     std::fprintf(stderr,
-                 "{\"metaroce_stats\":{\"rx_datagrams\":%llu,\"rx_drop_malformed\":%llu,\"rx_drop_unknown_peer\":%llu,"
+                 "{\"metaroce_stats\":{\"unknown_sender_drops\":%llu,\"truncated_drops\":%llu,\"rx_datagrams\":%llu,\"rx_drop_malformed\":%llu,\"rx_drop_unknown_peer\":%llu,"
                  "\"tx_data_packets\":%llu,\"tx_retransmits\":%llu,\"spurious_retransmits\":%llu,"
                  "\"rto_expirations\":%llu,\"path_failures\":%llu,\"path_recoveries\":%llu,\"tx_acks\":%llu,"
                  "\"rx_acks\":%llu,\"tx_probes\":%llu}}\n",
+                 (unsigned long long)io.unknown_sender_drops, (unsigned long long)io.truncated_drops,
                  (unsigned long long)c.rx_datagrams, (unsigned long long)c.rx_drop_malformed,
                  (unsigned long long)c.rx_drop_unknown_peer, (unsigned long long)c.tx_data_packets,
                  (unsigned long long)c.tx_retransmits, (unsigned long long)c.spurious_retransmits,

@@ -139,9 +139,13 @@ stray)
               --payload 300 --rate 50 >/dev/null 2>&1 || true
       done ) &
     PIDS+=($!)
+    export METAROCE_STATS=1  # the endpoints print their drop counters when they close
     pair 180 h1 h0 19700 "$PERF" -d mr0 --test write -s 65536 -n 8000
     grep -q '"verified":true' "$WORK"/metaroce-perf-*.client || fail "not verified"
-    pass "garbage at the home port during a transfer: completed and verified"
+    drops=$(grep -o '"unknown_sender_drops":[0-9]*,"truncated_drops":[0-9]*,"rx_datagrams":[0-9]*,"rx_drop_malformed":[0-9]*' \
+        "$WORK"/metaroce-perf-*.server | tr -dc '0-9,' | awk -F, '{ print $1 + $2 + $4 }')
+    (( ${drops:-0} > 0 )) || { cat "$WORK"/metaroce-perf-*.server >&2; fail "the garbage was not counted as dropped"; }
+    pass "garbage at the home port during a transfer: $drops datagrams counted as dropped; transfer completed and verified"
     ;;
 *)
     fail "unknown scenario $scenario"
