@@ -127,7 +127,6 @@ class Endpoint {
   uint32_t next_cq_ = 1;
   uint32_t next_qpn_index_ = 0;
   PeerId tx_cursor_ = 0;  // round-robin start among connections
-  std::vector<uint8_t> rx_scratch_;
 };
 
 }  // namespace metaroce::transport

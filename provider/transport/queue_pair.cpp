@@ -46,7 +46,6 @@ void QueuePair::to_reset() {
   recv_consumed_ = 0;
   completed_msn_ = 0;
   reads_atomics_in_flight_ = 0;
-  failed_ = false;
   state_ = QpState::Reset;
 }
 
@@ -368,7 +367,6 @@ void QueuePair::advance_requester() {
     if (send_cursor_ > 0) --send_cursor_;
     complete_send_wr(front, front.status);
     if (front.status != WcStatus::Success && front.status != WcStatus::WorkRequestFlushed) {
-      failed_ = true;
       to_error();
       return;
     }

@@ -110,8 +110,6 @@ class QueuePair {
     ack_dirty_ = false;
     return dirty;
   }
-  bool ack_dirty() const { return ack_dirty_; }
-  void mark_ack_dirty() { ack_dirty_ = true; }
 
  private:
   OutboundMessage* find_request(uint32_t msn);
@@ -148,7 +146,6 @@ class QueuePair {
   uint32_t next_msn_ = 1;
   uint32_t next_recv_index_ = 0;
   uint32_t reads_atomics_in_flight_ = 0;
-  bool failed_ = false;
 
   // Responder.
   std::deque<RecvWr> recv_queue_;
