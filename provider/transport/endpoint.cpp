@@ -215,7 +215,7 @@ Connection* Endpoint::connection_for(PeerId peer, bool create) {
 void Endpoint::on_datagram(Time now, PeerId from, std::span<const uint8_t> datagram, bool ce_marked) {
   ++counters_.rx_datagrams;
   // Decoding first: nothing is looked up or allocated for a malformed datagram.
-  wire::Packet packet;
+  wire::Packet& packet = rx_packet_;
   if (wire::decode(datagram, packet) != wire::DecodeStatus::Ok) {
     ++counters_.rx_drop_malformed;
     return;

@@ -27,6 +27,7 @@
 #include "config.h"
 #include "counters.h"
 #include "memory.h"
+#include "metaroce/wire.h"
 #include "path_congestion.h"
 #include "types.h"
 
@@ -127,6 +128,10 @@ class Endpoint {
   uint32_t next_cq_ = 1;
   uint32_t next_qpn_index_ = 0;
   PeerId tx_cursor_ = 0;  // round-robin start among connections
+  // Decoded form of the datagram being handled, kept between calls: a
+  // Packet is over 1 KB, and zeroing a fresh one per datagram cost more than
+  // decoding it. decode() writes every member that the packet's type uses.
+  wire::Packet rx_packet_;
 };
 
 }  // namespace metaroce::transport

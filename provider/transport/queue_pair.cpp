@@ -328,19 +328,27 @@ bool QueuePair::has_outstanding_work() const {
 
 Time QueuePair::next_rnr_resend() const {
   Time earliest = kNever;
+  if (rnr_waiting_ == 0) return earliest;
   for (const OutboundMessage& m : send_queue_)
     if (m.rnr_wait) earliest = std::min(earliest, m.rnr_resend_at);
   return earliest;
 }
 
 void QueuePair::on_timer(Time now) {
+  if (rnr_waiting_ == 0) return;
+  uint32_t still_waiting = 0;
   for (size_t i = 0; i < send_queue_.size(); ++i) {
     OutboundMessage& m = send_queue_[i];
-    if (!m.rnr_wait || m.rnr_resend_at > now) continue;
+    if (!m.rnr_wait) continue;
+    if (m.rnr_resend_at > now) {
+      ++still_waiting;
+      continue;
+    }
     m.rnr_wait = false;
     m.rnr_resend_at = kNever;
     restart(m, i);
   }
+  rnr_waiting_ = still_waiting;
 }
 
 // --- requester completions ---------------------------------------------------
@@ -402,6 +410,7 @@ bool QueuePair::on_nak(Time now, const wire::Nak& nak) {
         break;
       }
       m->rnr_wait = true;
+      ++rnr_waiting_;
       m->rnr_resend_at = now + std::max<Time>(nak.rnr_delay_ns, config_.min_rnr_timer_ns);
       if (m->needs_response() && reads_atomics_in_flight_ > 0) --reads_atomics_in_flight_;
       return true;

@@ -142,6 +142,10 @@ class QueuePair {
 
   // Requester.
   std::deque<OutboundMessage> send_queue_;  // msn order, front = oldest incomplete
+  // At least the number of messages in send_queue_ with rnr_wait set (exact
+  // after on_timer), so that the timer paths skip the queue in the common
+  // case where no RNR NAK is pending.
+  uint32_t rnr_waiting_ = 0;
   size_t send_cursor_ = 0;                  // first message with unsent chunks
   uint32_t next_msn_ = 1;
   uint32_t next_recv_index_ = 0;

@@ -161,9 +161,11 @@ DecodeStatus decode_ack(std::span<const uint8_t> in, Packet& out) {
     if (p.path_id >= kMaxPaths) return DecodeStatus::BadPath;
     p.ce_count = from_be32(w.ce_count);
     p.highest_seq = from_be32(w.highest_seq);
-    p.bits = {};
-    for (size_t bit = 0; bit < kSackBits; ++bit) {
-      if ((w.bitmap[bit / 8] >> (bit % 8)) & 1u) p.bits[bit / 64] |= uint64_t{1} << (bit % 64);
+    // Bit i is byte i/8, bit i%8: each 64-bit word is 8 bytes little-endian.
+    for (size_t word = 0; word < p.bits.size(); ++word) {
+      uint64_t le;
+      std::memcpy(&le, &w.bitmap[8 * word], sizeof le);
+      p.bits[word] = le64toh(le);
     }
   }
   for (size_t i = 0; i < h.stream_entries; ++i, at += sizeof(StreamAckWire)) {
@@ -370,10 +372,9 @@ size_t encode_ack(std::span<uint8_t> out, Origin origin, const Ack& ack) {
     w.reserved = 0;
     w.ce_count = to_be(p.ce_count);
     w.highest_seq = to_be(p.highest_seq);
-    for (size_t byte = 0; byte < sizeof(w.bitmap); ++byte) {
-      // Eight consecutive bits starting at bit 8*byte; they never straddle a
-      // 64-bit word because 64 is a multiple of 8.
-      w.bitmap[byte] = static_cast<uint8_t>(p.bits[byte / 8] >> (8 * (byte % 8)));
+    for (size_t word = 0; word < p.bits.size(); ++word) {
+      const uint64_t le = htole64(p.bits[word]);
+      std::memcpy(&w.bitmap[8 * word], &le, sizeof le);
     }
     store(out, at, w);
   }
