@@ -13,12 +13,12 @@
 // The loop sleeps without timeout when the engine is idle (next_wakeup ==
 // kNever), so an idle runtime costs nothing.
 //
-// Pacing horizon: the engine paces each path with no burst credit, so at a
-// fixed `now` it releases one datagram per path. To batch, the loop lets the
-// engine's clock run ahead of CLOCK_MONOTONIC by up to the horizon while
-// draining (always monotonic), and wakes half a horizon before the engine's
-// next release: each iteration sends about half a horizon of paced traffic in
-// one submission, and wake-up latency below half a horizon costs no rate.
+// Pacing bursts: the engine is configured with a pacing burst allowance
+// (RuntimeOptions::pacing_burst_ns), so one drain of poll_transmit releases
+// every datagram due within it, and next_wakeup() names a pacing release half
+// a burst early: each iteration sends about half a burst of paced traffic in
+// one submission, and wake-up latency below half a burst costs no rate. The
+// engine always runs on CLOCK_MONOTONIC, so its RTT samples are honest.
 //
 // Unknown senders: a datagram whose (source IP, header home port) was never
 // named by peer_for(), or too short to carry a home port, is counted in
@@ -155,7 +155,6 @@ class RuntimeImpl final : public Runtime {
   std::unique_ptr<transport::Endpoint> engine_;
   uint16_t path_count_ = 1;
   size_t max_datagram_ = 0;
-  transport::Time horizon_ns_ = 0;
   std::unique_ptr<PeerTable> peers_;
 
   std::thread thread_;
@@ -209,10 +208,10 @@ bool RuntimeImpl::start(std::string& error) {
 
   transport::EndpointConfig config = options_.endpoint;
   config.home_port = home_port_;
+  config.pacing_burst_ns = options_.pacing_burst_ns;
   engine_ = std::make_unique<transport::Endpoint>(config);
   path_count_ = std::max<uint16_t>(engine_->config().paths, 1);
   max_datagram_ = engine_->max_datagram_bytes();
-  horizon_ns_ = std::min(options_.pacing_horizon_ns, engine_->min_rto() / 4);
 
   sockaddr_storage path_address{};
   make_address(options_.local_address, 0, path_address);
@@ -248,7 +247,7 @@ bool RuntimeImpl::start(std::string& error) {
 void RuntimeImpl::run(std::promise<std::string>& started) {
   pthread_setname_np(pthread_self(), "metaroce-io");
   // Timed sleeps end within a few microseconds of the deadline (the default
-  // slack is 50 us), well inside the pacing horizon.
+  // slack is 50 us), well inside half a pacing burst.
   (void)prctl(PR_SET_TIMERSLACK, kTimerSlackNs);
   BackendConfig config;
   config.home_fd = home_.get();
@@ -293,35 +292,15 @@ void RuntimeImpl::progress_loop(IoBackend& io) {
     {
       std::lock_guard<std::mutex> lock(engine_mutex_);
       real = Runtime::now();
-      // The engine's clock never goes backwards, and may be ahead of `real`
-      // by up to the pacing horizon after a burst.
+      // The engine's clock never goes backwards.
       clock = std::max(real, engine_clock_);
       peers_->refresh(view_);
       for (const RxMessage& message : received) deliver(message, clock);
-      bool timers_run = false;  // on_timer already ran at `clock`
-      if (engine_->next_wakeup() <= clock) {
-        engine_->on_timer(clock);
-        timers_run = true;
-      }
-      const transport::Time horizon = real + horizon_ns_;
+      if (engine_->next_wakeup() <= clock) engine_->on_timer(clock);
       while (!batch.full()) {
         const std::optional<transport::TxDatagram> datagram = engine_->poll_transmit(clock, batch.next_slot());
-        if (datagram) {
-          batch.commit(datagram->peer, datagram->path_id, datagram->length);
-          continue;
-        }
-        // Nothing due at `clock`. A timer due: run it once. Otherwise let
-        // the clock move to the next pacing release within the horizon.
-        const transport::Time due = engine_->next_wakeup();
-        if (due <= clock) {
-          if (timers_run) break;
-          engine_->on_timer(clock);
-          timers_run = true;
-          continue;
-        }
-        if (due > horizon) break;
-        clock = due;
-        timers_run = false;
+        if (!datagram) break;
+        batch.commit(datagram->peer, datagram->path_id, datagram->length);
       }
       engine_clock_ = clock;
       next = engine_->next_wakeup();
@@ -339,10 +318,7 @@ void RuntimeImpl::progress_loop(IoBackend& io) {
     } else if (!worked && next <= clock) {
       deadline = real + kStaleWakeupSleepNs;  // never spin on a stale wakeup time
     } else {
-      // Wake half a horizon before `next`: the next burst then starts where
-      // this one ended (no pacing credit lost to wake-up latency) and spans
-      // about half a horizon.
-      deadline = next > horizon_ns_ / 2 ? next - horizon_ns_ / 2 : 0;
+      deadline = next;
     }
     publish(io);
   }

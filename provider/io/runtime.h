@@ -44,12 +44,11 @@ struct RuntimeOptions {
   uint64_t test_seed = 1;
   // Kernel socket buffer sizes to request (SO_RCVBUF/SO_SNDBUF; capped by rmem_max/wmem_max).
   int socket_buffer_bytes = 8 << 20;
-  // Added by the implementation: the progress thread lets the engine's clock
-  // run up to this far ahead of CLOCK_MONOTONIC while draining poll_transmit,
-  // so that one iteration releases a paced burst (GSO runs, one syscall)
-  // rather than one datagram per path. Timers may fire this much early.
-  // Capped at a quarter of the engine's minimum RTO; 0 = strictly paced.
-  transport::Time pacing_horizon_ns = 100'000;
+  // Pacing burst allowance given to the engine (EndpointConfig::
+  // pacing_burst_ns): how much paced traffic one wake-up of the progress
+  // thread may release in one submission. The engine caps it at a quarter of
+  // its minimum RTO. 0 = strictly paced, one datagram per path per wake-up.
+  transport::Time pacing_burst_ns = 100'000;
 };
 
 struct RuntimeStats {

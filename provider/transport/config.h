@@ -40,6 +40,12 @@ struct EndpointConfig {
   uint32_t path_suspect_timeouts = 1;  // consecutive RTOs before a path stops taking new data
   uint32_t path_fail_timeouts = 3;     // consecutive RTOs before a path is failed and probed
   Time probe_interval_ns = 0;          // first probe of a failed path after this; 0 = min RTO
+  // Pacing burst allowance: a path may send up to this far ahead of its
+  // paced schedule, and next_wakeup() reports a pacing release half of it
+  // early, so that a runtime which wakes at that time releases about half a
+  // burst per wake-up (one batched submission) rather than one datagram.
+  // Timestamps and timers stay honest. 0 = strict pacing (the simulator).
+  Time pacing_burst_ns = 0;
   uint32_t ack_every_packets = 4;      // ACK at least every this many data packets
   Time ack_delay_ns = 0;               // or after this long; 0 = base RTT / 4
   uint32_t max_outstanding_messages = 1024;  // per stream, receive-side tracking bound

@@ -449,7 +449,13 @@ bool Connection::path_has_room(const SendPath& path, uint32_t bytes) const {
 }
 
 Time Connection::path_ready_time(const SendPath& path) const {
-  return std::max(ceil_ns(path.next_tx_ns), ceil_ns(conn_next_tx_ns_));
+  const Time paced = std::max(ceil_ns(path.next_tx_ns), ceil_ns(conn_next_tx_ns_));
+  const Time burst = endpoint_.config().pacing_burst_ns;
+  return paced > burst ? paced - burst : 0;
+}
+
+Time Connection::path_wakeup_time(const SendPath& path) const {
+  return path_ready_time(path) + endpoint_.config().pacing_burst_ns / 2;
 }
 
 uint64_t Connection::connection_window() const {
@@ -630,9 +636,9 @@ Time Connection::next_wakeup() const {
     const bool connection_full = inflight_bytes() + mtu_bytes > connection_window();
     for (const SendPath& path : paths_) {
       if (rocev2() && path.rewinding) {
-        wake = std::min(wake, path_ready_time(path));
+        wake = std::min(wake, path_wakeup_time(path));
       } else if (!connection_full && path_has_room(path, mtu_bytes)) {
-        wake = std::min(wake, path_ready_time(path));
+        wake = std::min(wake, path_wakeup_time(path));
       }
     }
   }

@@ -116,7 +116,10 @@ class Connection {
   uint64_t connection_window() const;
   uint64_t inflight_bytes() const;
   SendPath* pick_path(Time now, uint32_t bytes, int avoid) ;
+  // When poll_transmit may next send on the path (its paced time less the
+  // burst allowance), and when next_wakeup() reports that.
   Time path_ready_time(const SendPath& path) const;
+  Time path_wakeup_time(const SendPath& path) const;
   void after_send(Time now, SendPath& path, uint32_t bytes);
   size_t send_data(Time now, std::span<uint8_t> out, uint16_t& path_id);
   size_t send_rewind(Time now, SendPath& path, std::span<uint8_t> out);

@@ -21,6 +21,8 @@ Endpoint::Endpoint(const EndpointConfig& config) : config_(config) {
   config_.paths = std::clamp<uint16_t>(config_.paths, 1, wire::kMaxPaths);
   config_.ack_every_packets = std::max<uint32_t>(config_.ack_every_packets, 1);
   config_.max_outstanding_messages = std::max<uint32_t>(config_.max_outstanding_messages, 1);
+  // A burst longer than a fraction of the RTO would look like a stall.
+  config_.pacing_burst_ns = std::min(config_.pacing_burst_ns, min_rto() / 4);
 }
 
 Endpoint::~Endpoint() = default;

@@ -7,7 +7,7 @@
 // UDP_GRO). One JSON object per line on stdout.
 //
 //   io-loopback-bench [--mib N] [--message-kib N] [--mtu N] [--paths N]
-//                     [--horizon-us N] [--rate-gbps N] [--runs N] [--case NAME]
+//                     [--burst-us N] [--rate-gbps N] [--runs N] [--case NAME]
 // Cases: raw-gso, raw-plain, engine-only, uring-gso, uring, mmsg-gso, mmsg
 // (default: all).
 #include <netinet/in.h>
@@ -44,7 +44,7 @@ struct Args {
   size_t message_kib = 1024;
   uint32_t mtu = 4096;
   uint16_t paths = 4;
-  uint64_t horizon_us = 100;
+  uint64_t burst_us = 100;
   uint64_t rate_gbps = 100;
   int runs = 1;
   std::string only;
@@ -196,7 +196,7 @@ void run_metaroce(const Args& args, bool io_uring, bool gso, std::vector<uint8_t
   options.allow_io_uring = io_uring;
   options.use_gso = gso;
   options.use_gro = gso;
-  options.pacing_horizon_ns = args.horizon_us * 1000;
+  options.pacing_burst_ns = args.burst_us * 1000;
   options.endpoint.paths = args.paths;
   options.endpoint.mtu = args.mtu;
   options.endpoint.path_rate_bps = args.rate_gbps * 1'000'000'000 / std::max<uint16_t>(args.paths, 1);
@@ -282,12 +282,12 @@ void run_metaroce(const Args& args, bool io_uring, bool gso, std::vector<uint8_t
   const auto ca = a->with_engine([](Endpoint& e, Time) { return e.counters(); });
   std::printf(
       "{\"bench\":\"io_loopback\",\"case\":\"metaroce\",\"backend\":\"%s\",\"gso\":%s,\"gro\":%s,\"bytes\":%zu,"
-      "\"message_bytes\":%zu,\"mtu\":%u,\"paths\":%u,\"horizon_us\":%llu,\"intact\":%s,\"seconds\":%.4f,"
+      "\"message_bytes\":%zu,\"mtu\":%u,\"paths\":%u,\"burst_us\":%llu,\"intact\":%s,\"seconds\":%.4f,"
       "\"goodput_gbps\":%.2f,\"cpu_seconds\":%.3f,\"datagrams_sent\":%llu,\"send_syscalls\":%llu,"
       "\"gso_sends\":%llu,\"receiver_datagrams\":%llu,\"receiver_syscalls\":%llu,\"gro_receives\":%llu,"
       "\"retransmits\":%llu,\"sender_wakeups\":%llu,\"receiver_wakeups\":%llu}\n",
       sa.io_uring ? "io_uring" : "sendmmsg", sa.gso ? "true" : "false", sb.gro ? "true" : "false", total, message,
-      args.mtu, args.paths, static_cast<unsigned long long>(args.horizon_us), intact ? "true" : "false", wall,
+      args.mtu, args.paths, static_cast<unsigned long long>(args.burst_us), intact ? "true" : "false", wall,
       intact ? static_cast<double>(total) * 8 / wall / 1e9 : 0.0, cpu,
       static_cast<unsigned long long>(sa.datagrams_sent), static_cast<unsigned long long>(sa.send_syscalls),
       static_cast<unsigned long long>(sa.gso_sends), static_cast<unsigned long long>(sb.datagrams_received),
@@ -390,7 +390,7 @@ bool parse(int argc, char** argv, Args& args) {
     else if (flag == "--message-kib") args.message_kib = std::strtoull(value, nullptr, 10);
     else if (flag == "--mtu") args.mtu = static_cast<uint32_t>(std::strtoul(value, nullptr, 10));
     else if (flag == "--paths") args.paths = static_cast<uint16_t>(std::strtoul(value, nullptr, 10));
-    else if (flag == "--horizon-us") args.horizon_us = std::strtoull(value, nullptr, 10);
+    else if (flag == "--burst-us") args.burst_us = std::strtoull(value, nullptr, 10);
     else if (flag == "--rate-gbps") args.rate_gbps = std::strtoull(value, nullptr, 10);
     else if (flag == "--runs") args.runs = std::atoi(value);
     else if (flag == "--case") args.only = value;
@@ -405,7 +405,7 @@ int main(int argc, char** argv) {
   Args args;
   if (!parse(argc, argv, args)) {
     std::fprintf(stderr,
-                 "usage: io-loopback-bench [--mib N] [--message-kib N] [--mtu N] [--paths N] [--horizon-us N]\n"
+                 "usage: io-loopback-bench [--mib N] [--message-kib N] [--mtu N] [--paths N] [--burst-us N]\n"
                  "                         [--rate-gbps N] [--runs N] [--case raw-gso|raw-plain|engine-only|uring-gso|"
                  "uring|mmsg-gso|mmsg]\n");
     return 2;
