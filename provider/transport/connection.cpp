@@ -76,6 +76,8 @@ bool Connection::sending_to_us(Time now) const {
 // --- receive ---------------------------------------------------------------
 
 void Connection::on_packet(Time now, const wire::Packet& packet, bool ce_marked) {
+  last_peer_rx_ = now;
+  any_peer_rx_ = true;
   switch (packet.common.type) {
     case wire::PacketType::Data: on_data(now, packet, ce_marked); break;
     case wire::PacketType::Ack: on_ack(now, packet.ack); break;
@@ -328,7 +330,20 @@ void Connection::path_timeout(Time now, SendPath& path) {
     path.rewinding = true;
     path.rewind_seq = path.first_seq;
     ++endpoint_.counters_.go_back_n;
+  } else if (!any_peer_rx_ || now - last_peer_rx_ >= path.rtt.rto(endpoint_.min_rto(), endpoint_.config().max_rto_ns)) {
+    // Nothing at all came back from the peer for a whole RTO: the peer or
+    // this host stalled (a busy CPU, a long scheduling delay) or every path
+    // is down, which no choice of path repairs. Resend the oldest packet, as
+    // TCP does on a timeout, to learn which, and leave the path's health and
+    // the rest of its flight alone: an ACK then resumes at full speed, and a
+    // dead peer is the retry timer's to find.
+    for (TxRecord& record : path.records) {
+      if (record.state != TxRecord::State::InFlight) continue;
+      declare_lost(path, record);
+      break;
+    }
   } else {
+    // The peer answers on other paths: this one is losing everything.
     for (TxRecord& record : path.records)
       if (record.state == TxRecord::State::InFlight) declare_lost(path, record);
     const EndpointConfig& config = endpoint_.config();

@@ -140,6 +140,8 @@ class Connection {
   uint64_t rate_hint_bps_ = 0;  // 0 = none received
   Time last_progress_ = 0;
   uint32_t retry_count_ = 0;
+  Time last_peer_rx_ = 0;  // any packet from the peer, on any path
+  bool any_peer_rx_ = false;
 
   // Receiver.
   std::array<ReceiveScoreboard, wire::kMaxPaths> scoreboards_{};

@@ -4,6 +4,7 @@
 // with its options from the environment or metaroce_dv_options, the ops
 // table handed to libibverbs, and the device/port/GID queries.
 #include <fcntl.h>
+#include <net/if.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -70,6 +71,12 @@ struct Options {
   // three in a row fail a path. Gaps in a path's sequence still repair loss
   // at once; only tail loss waits for this.
   uint64_t min_rto_ns = 4'000'000;
+  // The device's link rate (0 = read the netdev's speed, else the engine's
+  // default): it starts each path's window at one link-rate bandwidth-delay
+  // product, and the rate hint shares it among senders. A window sized for
+  // 100 Gb/s on a slower link fills socket buffers with milliseconds of
+  // queue, longer than the RTO.
+  uint64_t link_bps = 0;
 };
 
 bool parse_unsigned(const char* text, unsigned long min, unsigned long max, unsigned long& out) {
@@ -130,6 +137,10 @@ bool options_from_env(Options& o) {
     if (!parse_unsigned(s, 1, 10'000'000, v)) return bad_env("METAROCE_ACK_DELAY_US", s);
     o.ack_delay_ns = v * 1000;
   }
+  if (const char* s = std::getenv("METAROCE_LINK_MBPS")) {
+    if (!parse_unsigned(s, 1, 10'000'000, v)) return bad_env("METAROCE_LINK_MBPS", s);
+    o.link_bps = uint64_t{v} * 1'000'000;
+  }
   if (const char* s = std::getenv("METAROCE_POLL_YIELD")) {
     if (!parse_unsigned(s, 0, 1'000'000'000, v)) return bad_env("METAROCE_POLL_YIELD", s);
     o.poll_yield_every = static_cast<uint32_t>(v);
@@ -185,6 +196,19 @@ bool port_looks_free(const sockaddr_storage& address, uint16_t port) {
   return ok;
 }
 
+// The speed the kernel reports for the interface (ethtool's), 0 if it has
+// none (loopback, some virtual devices) or it is unknown.
+uint64_t netdev_speed_bps(uint32_t ifindex) {
+  char name[IF_NAMESIZE] = {};
+  if (ifindex == 0 || !if_indextoname(ifindex, name)) return 0;
+  std::FILE* f = std::fopen((std::string("/sys/class/net/") + name + "/speed").c_str(), "re");
+  if (!f) return 0;
+  long mbps = 0;
+  const bool ok = std::fscanf(f, "%ld", &mbps) == 1;  // reading fails with EINVAL when unknown
+  std::fclose(f);
+  return ok && mbps > 0 ? uint64_t(mbps) * 1'000'000 : 0;
+}
+
 // Creates the runtime on the first free home port, with QP numbers that
 // encode it.
 std::unique_ptr<io::Runtime> start_runtime(const Device& device, const Options& o, std::string& error) {
@@ -201,6 +225,11 @@ std::unique_ptr<io::Runtime> start_runtime(const Device& device, const Options& 
   ro.endpoint.cc.target_queue_delay_ns = o.target_delay_ns;
   ro.endpoint.ack_delay_ns = o.ack_delay_ns;
   ro.endpoint.min_rto_ns = o.min_rto_ns;
+  if (const uint64_t link = o.link_bps ? o.link_bps : netdev_speed_bps(device.ifindex)) {
+    // Every path can carry the whole link, and everything arrives through it.
+    ro.endpoint.path_rate_bps = link;
+    ro.endpoint.inbound_capacity_bps = link;
+  }
   const uint32_t first = o.home_port ? o.home_port : kHomePortBase;
   const uint32_t last = o.home_port ? o.home_port + 1 : kHomePortBase + kHomePortCount;
   int races = 0;

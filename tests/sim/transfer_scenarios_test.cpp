@@ -114,6 +114,29 @@ TEST(TransferScenarios, BlackholedPathIsDrainedAndGoodputRecovers) {
   EXPECT_EQ(r.sender_paths.at(3).health, PathHealth::Active);  // probed and back in use
 }
 
+TEST(TransferScenarios, SilentPeerFailsNoPathAndTheTransferResumes) {
+  // Every path goes dark at once, as when the receiving host stalls: no
+  // choice of path helps, so no path may be failed, and the transfer must
+  // resume soon after the silence ends (timeouts back off from the minimum
+  // RTO, so the first probe after it comes within about one silence).
+  const Time start = 300'000;
+  const Time silence = 300'000;
+  WriteTransferSpec spec = base_spec(Profile::MetaRoCE, 0);
+  spec.total_bytes = 64ull << 20;
+  const WriteTransferResult clean = run_write_transfer(spec);
+  spec.setup = [&](TwoHostRig& rig) {
+    for (size_t path = 0; path < 4; ++path) rig.blackhole(path, start, start + silence);
+  };
+  const WriteTransferResult r = run_write_transfer(spec);
+  ASSERT_TRUE(clean.completed);
+  ASSERT_TRUE(r.completed);
+  EXPECT_TRUE(r.data_intact);
+  EXPECT_EQ(r.sender.path_failures, 0u);
+  for (const auto& path : r.sender_paths) EXPECT_EQ(path.health, PathHealth::Active) << "path " << path.path_id;
+  EXPECT_GT(r.sender.rto_expirations, 0u);
+  EXPECT_LE(r.duration_ns, clean.duration_ns + 3 * silence);
+}
+
 TEST(TransferScenarios, RandomLossNeverShrinksTheWindow) {
   WriteTransferSpec spec = base_spec(Profile::MetaRoCE, 0.05);
   spec.rig.ecn_threshold_bytes = UINT64_MAX;  // no ECN marks: loss is the only event
