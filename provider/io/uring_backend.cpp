@@ -39,6 +39,12 @@ constexpr uint64_t kTagRxMultishot = 5;
 constexpr size_t kArenas = 4;
 constexpr uint32_t kPostedReceives = 16;
 constexpr uint16_t kBufferGroup = 0;
+// A loop iteration that received at least this many datagrams means a stream:
+// the next sleep waits for kStreamingWaitCompletions completions or
+// kStreamingWaitNs, whichever comes first.
+constexpr size_t kStreamingBatch = 8;
+constexpr unsigned kStreamingWaitCompletions = 16;
+constexpr transport::Time kStreamingWaitNs = 30'000;
 
 uint64_t user_data(uint64_t tag, uint64_t arena, uint64_t index) { return tag << 56 | arena << 32 | index; }
 uint64_t tag_of(uint64_t data) { return data >> 56; }
@@ -145,17 +151,25 @@ class UringBackend final : public IoBackend {
       enter_nowait();
       if (!messages_.empty() || kicked_ || deadline <= monotonic_ns()) return 0;
     }
+    // Under a stream of datagrams, sleep until several completions are
+    // ready (or a short while passes) rather than until the first: with
+    // DEFER_TASKRUN the kernel then wakes this thread once per batch, not
+    // once per datagram, and a wake-up costs more than the datagram.
+    const bool streaming = last_batch_ >= kStreamingBatch;
+    const unsigned want = streaming ? kStreamingWaitCompletions : 1;
     uint32_t sleeps = 0;
     while (!config_.stop->load(std::memory_order_relaxed)) {
       io_uring_cqe* cqe = nullptr;
       int result;
-      if (deadline == transport::kNever) {
+      if (deadline == transport::kNever && !streaming) {
         result = io_uring_submit_and_wait(&ring_, 1);
       } else {
         const transport::Time now = monotonic_ns();
         if (deadline <= now) break;
-        __kernel_timespec ts = to_kernel_timespec(deadline - now);
-        result = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
+        transport::Time wait = deadline - now;
+        if (streaming) wait = std::min(wait, kStreamingWaitNs);
+        __kernel_timespec ts = to_kernel_timespec(wait);
+        result = io_uring_submit_and_wait_timeout(&ring_, &cqe, want, &ts, nullptr);
       }
       ++sleeps;
       ++counters_.receive_syscalls;
@@ -173,6 +187,7 @@ class UringBackend final : public IoBackend {
   }
 
   void release_received() override {
+    last_batch_ = messages_.size();
     messages_.clear();
     if (provided_) {
       for (const uint16_t id : held_buffers_) provided_->give_back(id);
@@ -381,6 +396,7 @@ class UringBackend final : public IoBackend {
   std::unique_ptr<RxSlots> rx_;         // posted-request mode
   uint32_t receives_posted_ = 0;
   std::vector<RxMessage> messages_;    // received, in completion order
+  size_t last_batch_ = 0;              // messages_.size() at the last release_received()
   std::vector<uint32_t> ready_slots_;  // slots to re-post after the engine consumed them
   std::array<std::unique_ptr<TxBatch>, kArenas> arenas_;
   size_t current_ = 0;
