@@ -261,6 +261,13 @@ Time Endpoint::next_wakeup() const {
   return wake;
 }
 
+std::vector<PeerId> Endpoint::peers() const {
+  std::vector<PeerId> out;
+  out.reserve(connections_.size());
+  for (const auto& [peer, connection] : connections_) out.push_back(peer);
+  return out;
+}
+
 std::vector<PathSnapshot> Endpoint::path_snapshots(PeerId peer) const {
   auto it = connections_.find(peer);
   if (it == connections_.end()) return {};

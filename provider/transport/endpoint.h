@@ -96,6 +96,7 @@ class Endpoint {
   const EndpointCounters& counters() const { return counters_; }
   // Per-path view of the connection to `peer`, for statistics and tests.
   std::vector<PathSnapshot> path_snapshots(PeerId peer) const;
+  std::vector<PeerId> peers() const;  // every peer with a connection
   // Applies new congestion parameters to running connections.
   void set_congestion(const CongestionConfig& cc);
 

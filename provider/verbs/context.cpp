@@ -345,17 +345,38 @@ void dump_stats(Context& ctx) {
   ctx.engine([&](transport::Endpoint& e) {
     const transport::EndpointCounters& c = e.counters();
     std::fprintf(stderr,
-                 "{\"metaroce_stats\":{\"unknown_sender_drops\":%llu,\"truncated_drops\":%llu,\"rx_datagrams\":%llu,\"rx_drop_malformed\":%llu,\"rx_drop_unknown_peer\":%llu,"
+                 "{\"metaroce_stats\":{\"io_uring\":%s,\"gso\":%s,\"gro\":%s,\"datagrams_sent\":%llu,\"send_syscalls\":%llu,"
+                 "\"gso_sends\":%llu,\"datagrams_received\":%llu,\"receive_syscalls\":%llu,\"gro_receives\":%llu,"
+                 "\"progress_wakeups\":%llu,\"unknown_sender_drops\":%llu,\"truncated_drops\":%llu,\"rx_datagrams\":%llu,\"rx_drop_malformed\":%llu,\"rx_drop_unknown_peer\":%llu,"
                  "\"tx_data_packets\":%llu,\"tx_retransmits\":%llu,\"spurious_retransmits\":%llu,"
                  "\"rto_expirations\":%llu,\"path_failures\":%llu,\"path_recoveries\":%llu,\"tx_acks\":%llu,"
-                 "\"rx_acks\":%llu,\"tx_probes\":%llu}}\n",
-                 (unsigned long long)io.unknown_sender_drops, (unsigned long long)io.truncated_drops,
+                 "\"rx_acks\":%llu,\"tx_probes\":%llu,\"paths\":[",
+                 io.io_uring ? "true" : "false", io.gso ? "true" : "false", io.gro ? "true" : "false",
+                 (unsigned long long)io.datagrams_sent, (unsigned long long)io.send_syscalls,
+                 (unsigned long long)io.gso_sends, (unsigned long long)io.datagrams_received,
+                 (unsigned long long)io.receive_syscalls, (unsigned long long)io.gro_receives,
+                 (unsigned long long)io.progress_wakeups, (unsigned long long)io.unknown_sender_drops, (unsigned long long)io.truncated_drops,
                  (unsigned long long)c.rx_datagrams, (unsigned long long)c.rx_drop_malformed,
                  (unsigned long long)c.rx_drop_unknown_peer, (unsigned long long)c.tx_data_packets,
                  (unsigned long long)c.tx_retransmits, (unsigned long long)c.spurious_retransmits,
                  (unsigned long long)c.rto_expirations, (unsigned long long)c.path_failures,
                  (unsigned long long)c.path_recoveries, (unsigned long long)c.tx_acks,
                  (unsigned long long)c.rx_acks, (unsigned long long)c.tx_probes);
+    // Sending-side state of every path of every peer, as the engine sees it now.
+    const char* separator = "";
+    for (const transport::PeerId peer : e.peers()) {
+      for (const transport::PathSnapshot& p : e.path_snapshots(peer)) {
+        std::fprintf(stderr,
+                     "%s{\"peer\":%u,\"path\":%u,\"health\":\"%s\",\"packets_sent\":%llu,\"retransmits\":%llu,"
+                     "\"lost\":%llu,\"ecn_marks\":%llu,\"window_bytes\":%u,\"srtt_ns\":%llu,\"min_rtt_ns\":%llu}",
+                     separator, static_cast<unsigned>(peer), p.path_id, transport::to_string(p.health),
+                     (unsigned long long)p.packets_sent, (unsigned long long)p.retransmits,
+                     (unsigned long long)p.lost, (unsigned long long)p.ecn_marks, p.window_bytes,
+                     (unsigned long long)p.srtt_ns, (unsigned long long)p.min_rtt_ns);
+        separator = ",";
+      }
+    }
+    std::fprintf(stderr, "]}}\n");
     return 0;
   });
 }
