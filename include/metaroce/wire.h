@@ -125,9 +125,12 @@ struct [[gnu::packed]] AckHeaderWire {
 };
 static_assert(sizeof(AckHeaderWire) == 16);
 
+inline constexpr uint32_t kHoldingUnitNs = 256;
+inline constexpr uint32_t kMaxHoldingNs = 0xffff * kHoldingUnitNs;
+
 struct [[gnu::packed]] PathSackWire {
   uint16_t path_id;      // the data sender's path index
-  uint16_t reserved;
+  uint16_t holding;      // time highest_seq waited for this ACK, in 256 ns units (saturating); 0 = unknown
   uint32_t ce_count;     // cumulative count of CE-marked packets received on the path
   uint32_t highest_seq;  // highest path_seq received on the path
   uint8_t bitmap[32];    // bit i (byte i/8, bit i%8, LSB first) => highest_seq - i received
@@ -209,6 +212,9 @@ struct AtomicRequest {
 
 struct PathSack {
   uint16_t path_id = 0;
+  // How long the receiver held highest_seq before this ACK; a multiple of
+  // kHoldingUnitNs on the wire, 0 = unknown (use the ACK's ack_delay_ns).
+  uint32_t holding_ns = 0;
   uint32_t ce_count = 0;
   uint32_t highest_seq = 0;
   std::array<uint64_t, kSackBits / 64> bits{};  // bit i => highest_seq - i received

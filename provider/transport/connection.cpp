@@ -153,7 +153,11 @@ void Connection::on_data(Time now, const wire::Packet& p, bool ce_marked) {
   // reliability is about the network, message problems travel in NAKs.
   if (!rocev2()) {
     bool gap = false;
-    scoreboards_[path_id].record(h.path_seq, gap);
+    ReceiveScoreboard& board = scoreboards_[path_id];
+    const uint32_t highest_before = board.highest();
+    const bool first = board.empty();
+    board.record(h.path_seq, gap);
+    if (first || board.highest() != highest_before) highest_rx_time_[path_id] = now;
     if (gap) ack_now_ = true;
     if (ce_marked) scoreboards_[path_id].count_ce();
   } else if (ce_marked) {
@@ -173,7 +177,8 @@ void Connection::on_ack(Time now, const wire::Ack& ack) {
   rate_hint_bps_ = uint64_t{ack.rate_hint_mbps} * 1'000'000;
   for (uint8_t i = 0; i < ack.path_count; ++i) {
     const wire::PathSack& block = ack.paths[i];
-    if (block.path_id < paths_.size()) on_path_sack(now, paths_[block.path_id], block, ack.ack_delay_ns);
+    const Time holding = block.holding_ns != 0 ? block.holding_ns : ack.ack_delay_ns;
+    if (block.path_id < paths_.size()) on_path_sack(now, paths_[block.path_id], block, holding);
   }
   for (uint8_t i = 0; i < ack.stream_count; ++i) {
     QueuePair* qp = attached_qp(ack.streams[i].qpn);
@@ -419,8 +424,15 @@ size_t Connection::send_ack(Time now, std::span<uint8_t> out, uint16_t& path_id)
     const uint16_t id = static_cast<uint16_t>(__builtin_ctzll(remaining));
     remaining &= remaining - 1;
     wire::PathSack& block = ack.paths[ack.path_count++];
-    if (rocev2()) in_order_.fill(id, block);
-    else scoreboards_[id].fill(id, block);
+    if (rocev2()) {
+      in_order_.fill(id, block);
+    } else {
+      scoreboards_[id].fill(id, block);
+      // Each path's own holding time: its newest packet may have arrived
+      // well before the ACK's newest (another path's), and the sender's RTT
+      // sample for the path would otherwise include the difference.
+      block.holding_ns = static_cast<uint32_t>(std::min<Time>(now - highest_rx_time_[id], wire::kMaxHoldingNs));
+    }
   }
   // Streams with news first; then the others' cumulative points again, so
   // that one lost ACK does not leave a requester waiting for its timer.

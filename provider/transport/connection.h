@@ -145,6 +145,7 @@ class Connection {
 
   // Receiver.
   std::array<ReceiveScoreboard, wire::kMaxPaths> scoreboards_{};
+  std::array<Time, wire::kMaxPaths> highest_rx_time_{};  // arrival of each path's highest_seq
   InOrderReceiver in_order_;
   uint64_t dirty_paths_ = 0;  // bit per path id with news for the next ACK
   uint32_t unacked_packets_ = 0;

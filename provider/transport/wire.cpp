@@ -7,6 +7,7 @@
 
 #include <endian.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace metaroce::wire {
@@ -159,6 +160,7 @@ DecodeStatus decode_ack(std::span<const uint8_t> in, Packet& out) {
     PathSack& p = ack.paths[i];
     p.path_id = from_be16(w.path_id);
     if (p.path_id >= kMaxPaths) return DecodeStatus::BadPath;
+    p.holding_ns = uint32_t{from_be16(w.holding)} * kHoldingUnitNs;
     p.ce_count = from_be32(w.ce_count);
     p.highest_seq = from_be32(w.highest_seq);
     // Bit i is byte i/8, bit i%8: each 64-bit word is 8 bytes little-endian.
@@ -369,7 +371,7 @@ size_t encode_ack(std::span<uint8_t> out, Origin origin, const Ack& ack) {
     const PathSack& p = ack.paths[i];
     PathSackWire w{};
     w.path_id = to_be(p.path_id);
-    w.reserved = 0;
+    w.holding = to_be(static_cast<uint16_t>(std::min(p.holding_ns, kMaxHoldingNs) / kHoldingUnitNs));
     w.ce_count = to_be(p.ce_count);
     w.highest_seq = to_be(p.highest_seq);
     for (size_t word = 0; word < p.bits.size(); ++word) {

@@ -112,6 +112,7 @@ void expect_ack_eq(const Ack& a, const Ack& b) {
   for (size_t i = 0; i < a.path_count; ++i) {
     SCOPED_TRACE("path block " + std::to_string(i));
     EXPECT_EQ(a.paths[i].path_id, b.paths[i].path_id);
+    EXPECT_EQ(a.paths[i].holding_ns, b.paths[i].holding_ns);
     EXPECT_EQ(a.paths[i].ce_count, b.paths[i].ce_count);
     EXPECT_EQ(a.paths[i].highest_seq, b.paths[i].highest_seq);
     EXPECT_EQ(a.paths[i].bits, b.paths[i].bits);
@@ -329,6 +330,7 @@ Ack full_ack(bool extreme, uint64_t seed) {
   for (size_t i = 0; i < kMaxAckPathBlocks; ++i) {
     PathSack& p = ack.paths[i];
     p.path_id = static_cast<uint16_t>(extreme ? kMaxPaths - 1 - i : i);
+    p.holding_ns = extreme ? kMaxHoldingNs : static_cast<uint32_t>(i) * kHoldingUnitNs;
     p.ce_count = extreme ? kMax32 - static_cast<uint32_t>(i) : static_cast<uint32_t>(i);
     p.highest_seq = extreme ? kMax32 : static_cast<uint32_t>(i);
     for (auto& w : p.bits) w = extreme ? kMax64 : rng.next();
@@ -350,6 +352,23 @@ TEST(WireRoundTrip, AckMaxCounts) {
     EXPECT_EQ(p.common.type, PacketType::Ack);
     EXPECT_EQ(p.common.path_id, extreme ? kMaxPaths - 1 : 0);
     expect_ack_eq(p.ack, ack);
+  }
+}
+
+TEST(WireRoundTrip, AckHoldingIsQuantizedAndSaturates) {
+  struct Case {
+    uint32_t sent_ns, decoded_ns;
+  };
+  for (const Case c : {Case{0, 0}, Case{255, 0}, Case{256, 256}, Case{1000, 768},
+                       Case{kMaxHoldingNs, kMaxHoldingNs}, Case{kMaxHoldingNs + 256, kMaxHoldingNs},
+                       Case{kMax32, kMaxHoldingNs}}) {
+    Ack ack;
+    ack.path_count = 1;
+    ack.paths[0].highest_seq = 5;
+    ack.paths[0].holding_ns = c.sent_ns;
+    Packet p;
+    ASSERT_EQ(decode_all(make_ack(0, ack), p), DecodeStatus::Ok);
+    EXPECT_EQ(p.ack.paths[0].holding_ns, c.decoded_ns) << "sent " << c.sent_ns;
   }
 }
 
@@ -499,6 +518,7 @@ TEST(WireGolden, AckPacket) {
   ack.path_count = 1;
   ack.stream_count = 1;
   ack.paths[0].path_id = 0x0009;
+  ack.paths[0].holding_ns = 0x0E0F * kHoldingUnitNs;
   ack.paths[0].ce_count = 0x0A0B0C0D;
   ack.paths[0].highest_seq = 0x11223344;
   ack.paths[0].mark(0x11223344);        // bit 0
@@ -520,7 +540,7 @@ TEST(WireGolden, AckPacket) {
       0x00, 0x00, 0x00, 0x00,  // 20 reserved2
       // path block 0
       0x00, 0x09,              // 24 path_id
-      0x00, 0x00,              // 26 reserved
+      0x0E, 0x0F,              // 26 holding (256 ns units)
       0x0A, 0x0B, 0x0C, 0x0D,  // 28 ce_count
       0x11, 0x22, 0x33, 0x44,  // 32 highest_seq
   };
@@ -957,10 +977,6 @@ TEST(WireEncode, ReservedBytesWrittenAsZero) {
   for (size_t i : {4, 5, 6, 7, 15, 68, 69, 70, 71}) EXPECT_EQ(data[i], 0) << i;
   const Bytes ack = make_ack(0, full_ack(true, 1));
   for (size_t i : {4, 5, 6, 7, 10, 11, 20, 21, 22, 23}) EXPECT_EQ(ack[i], 0) << i;
-  for (size_t block = 0; block < kMaxAckPathBlocks; ++block) {
-    EXPECT_EQ(ack[24 + 44 * block + 2], 0);
-    EXPECT_EQ(ack[24 + 44 * block + 3], 0);
-  }
   const Bytes probe = make_probe(0, PacketType::Probe, {kMax32, kMax64});
   for (size_t i = 12; i < 16; ++i) EXPECT_EQ(probe[i], 0) << i;
 }
