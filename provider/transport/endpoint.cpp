@@ -119,6 +119,15 @@ uint32_t Endpoint::create_qp(uint32_t pd, uint32_t send_cq, uint32_t recv_cq, co
   return qpn;
 }
 
+uint32_t Endpoint::create_qp_numbered(uint32_t qpn, uint32_t pd, uint32_t send_cq, uint32_t recv_cq,
+                                      const QpConfig& config) {
+  if (qpn == 0 || qps_.count(qpn) || !cqs_.count(send_cq) || !cqs_.count(recv_cq)) return 0;
+  QpConfig resolved = config;
+  resolved.max_send_wr = std::min(resolved.max_send_wr, config_.max_outstanding_messages);
+  qps_.emplace(qpn, std::make_unique<QueuePair>(*this, qpn, pd, send_cq, recv_cq, resolved));
+  return qpn;
+}
+
 PostResult Endpoint::destroy_qp(uint32_t qpn) {
   QueuePair* qp = find_qp(qpn);
   if (!qp) return PostResult::NoSuchObject;

@@ -68,6 +68,11 @@ class Endpoint {
   // Returns the new QP number (never 0), or 0 if a CQ does not exist or the
   // QP numbers are used up. Numbers are not reused.
   uint32_t create_qp(uint32_t pd, uint32_t send_cq, uint32_t recv_cq, const QpConfig& config);
+  // The same with the number chosen by someone else (the kernel module
+  // numbers the QPs of kernel devices): returns `qpn`, or 0 if it is 0 or
+  // already in use, or a CQ does not exist.
+  uint32_t create_qp_numbered(uint32_t qpn, uint32_t pd, uint32_t send_cq, uint32_t recv_cq,
+                              const QpConfig& config);
   PostResult destroy_qp(uint32_t qpn);
   // INIT -> RTR with the peer and its QP number; RTR -> RTS; any -> ERROR / RESET.
   PostResult modify_qp_to_init(uint32_t qpn);

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <strings.h>
 
+#include "metaroce/abi.h"
 #include "provider.h"
 
 namespace metaroce::verbs {
@@ -301,6 +302,44 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
       0 /* RDMA_DRIVER_UNKNOWN */));
   if (!alloc) return nullptr;
 
+  if (dev->kernel) {
+    // The kernel hands out this context's port slot (host-unique): the home
+    // port, and with it the QP numbers, follow from it.
+    struct {
+      struct ibv_get_context ibv;
+      metaroce_alloc_ucontext_req drv;
+    } cmd{};
+    struct {
+      alignas(8) uint8_t ibv[sizeof(ib_uverbs_get_context_resp)];  // filled by libibverbs
+      metaroce_alloc_ucontext_resp drv;
+    } resp{};
+    cmd.drv.abi_version = METAROCE_ABI_VERSION;
+    int err = ibv_cmd_get_context(&alloc->vctx, &cmd.ibv, sizeof cmd,
+                                  reinterpret_cast<ib_uverbs_get_context_resp*>(resp.ibv), sizeof resp);
+    if (!err && (resp.drv.abi_version != METAROCE_ABI_VERSION ||
+                 resp.drv.port_slot < METAROCE_SLOT_MIN || resp.drv.port_slot > METAROCE_SLOT_MAX ||
+                 resp.drv.qpn_index_bits != kQpIndexBits)) {
+      std::fprintf(stderr, "metaroce: %s: unexpected kernel answer (ABI %u, slot %u)\n",
+                   dev->name.c_str(), resp.drv.abi_version, resp.drv.port_slot);
+      err = EPROTO;
+    }
+    if (!err) {
+      dev->guid_be = resp.drv.node_guid;
+      if (!resolve_kernel_device(*dev)) {
+        err = errno;
+        std::fprintf(stderr, "metaroce: %s: netdev '%s' has no address in this network namespace\n",
+                     dev->name.c_str(), dev->netdev.c_str());
+      }
+    }
+    if (err) {
+      verbs_uninit_context(&alloc->vctx);  // closes cmd_fd and the async fd
+      std::free(alloc);
+      errno = err;
+      return nullptr;
+    }
+    o.home_port = static_cast<uint16_t>(kHomePortBase + resp.drv.port_slot);
+  }
+
   auto impl = std::make_unique<Context>();
   impl->device = dev;
   impl->vctx = &alloc->vctx;
@@ -322,11 +361,18 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
     return nullptr;
   }
   impl->home_port = impl->runtime->home_port();
-  // async_fd: a pipe that ibv_get_async_event() can read (and poll/epoll can
-  // watch); the provider writes struct ib_uverbs_async_event_desc records.
-  ::fcntl(fds[1], F_SETFL, O_NONBLOCK);
-  alloc->vctx.context.async_fd = fds[0];
-  impl->async_write_fd = fds[1];
+  if (dev->kernel) {
+    // The kernel's async event file stays the context's async_fd.
+    ::close(fds[0]);
+    ::close(fds[1]);
+  } else {
+    // async_fd: a pipe that ibv_get_async_event() can read (and poll/epoll
+    // can watch); the provider writes struct ib_uverbs_async_event_desc
+    // records.
+    ::fcntl(fds[1], F_SETFL, O_NONBLOCK);
+    alloc->vctx.context.async_fd = fds[0];
+    impl->async_write_fd = fds[1];
+  }
   alloc->vctx.context.num_comp_vectors = 1;
 
   Context* raw = impl.release();
@@ -438,7 +484,9 @@ int query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* port_attr)
   p.state = IBV_PORT_ACTIVE;
   p.max_mtu = IBV_MTU_4096;
   p.active_mtu = mtu_enum(ctx->mtu);
-  p.gid_tbl_len = 1;
+  // Kernel devices have the RDMA core's GID table (default GID, then the
+  // netdev's addresses); kernel-less ones a single entry.
+  p.gid_tbl_len = ctx->device->kernel ? METAROCE_GID_TABLE_LEN : 1;
   p.port_cap_flags = 0;
   p.max_msg_sz = kMaxMsgSize;
   p.pkey_tbl_len = 1;

@@ -45,7 +45,14 @@ ibv_cq* create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int 
     errno = EINVAL;
     return nullptr;
   }
+  Context* ctx = context_of(context);
   CompChannel* ch = nullptr;
+  if (channel && ctx->device->kernel) {
+    // The channel is the kernel's event file, which only the kernel can
+    // signal, and the kernel sees no completions (they are made here).
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
   if (channel) {
     ch = channel_of(channel);
     if (!ch || channel->context != context) {
@@ -53,7 +60,6 @@ ibv_cq* create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int 
       return nullptr;
     }
   }
-  Context* ctx = context_of(context);
   auto* cq = new (std::nothrow) Cq;
   if (!cq) {
     errno = ENOMEM;
@@ -69,6 +75,22 @@ ibv_cq* create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int 
     ctx->cqs[cq->id] = cq;
   });
   cq->ibv.handle = cq->id;
+  if (ctx->device->kernel) {
+    struct ibv_create_cq cmd{};
+    ib_uverbs_create_cq_resp resp{};
+    const int err = ibv_cmd_create_cq(context, cqe, nullptr, comp_vector, &cq->ibv, &cmd, sizeof cmd,
+                                      &resp, sizeof resp);
+    if (err) {
+      ctx->engine([&](transport::Endpoint& e) {
+        e.destroy_cq(cq->id);
+        ctx->cqs.erase(cq->id);
+      });
+      delete cq;
+      errno = err;
+      return nullptr;
+    }
+    cq->ibv.cqe = cqe;
+  }
   return &cq->ibv;  // libibverbs' ibv_create_cq then runs verbs_init_cq()
 }
 
@@ -82,6 +104,8 @@ int destroy_cq(ibv_cq* ibcq) {
   });
   if (r == transport::PostResult::BadState) return EBUSY;  // a QP still uses it
   if (r != transport::PostResult::Ok) return EINVAL;
+  // The kernel's CQ goes too (EIO from a removed device counts as done).
+  if (ctx->device->kernel) (void)ibv_cmd_destroy_cq(ibcq);
   delete cq;
   return 0;
 }

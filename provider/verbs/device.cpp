@@ -12,29 +12,64 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <new>
 
+#include "metaroce/abi.h"
 #include "provider.h"
 
 namespace metaroce::verbs {
 namespace {
 
-// Registered with libibverbs so that a future kernel device named
-// metaroce* would be matched to this provider; no such device exists yet.
+// Devices named metaroce*; match_device below finds the others.
 const verbs_match_ent kMatchTable[] = {
     {nullptr, {"rdma_device:*Nmetaroce*"}, 0, 0, VERBS_MATCH_MODALIAS},
     {nullptr, {nullptr}, 0, 0, VERBS_MATCH_SENTINEL},
 };
 
-verbs_device* alloc_device(verbs_sysfs_dev*) {
-  // Kernel (sysfs) devices need the kernel module, which does not exist yet.
-  errno = EOPNOTSUPP;
-  return nullptr;
+// Reads the first line of a sysfs file; empty if it cannot.
+std::string read_sysfs_line(const std::string& path) {
+  std::string line;
+  if (FILE* f = std::fopen(path.c_str(), "re")) {
+    char buf[256] = {};
+    if (std::fgets(buf, sizeof buf, f)) line = buf;
+    std::fclose(f);
+  }
+  while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.pop_back();
+  return line;
 }
 
-void uninit_device(verbs_device*) {
-  // Devices made here are never released: this process keeps a reference.
+// metaroce.ko devices carry no device/modalias (there is no bus device
+// behind them) and may have any name, so they are recognised by the
+// firmware version string the module reports ("metaroce <version>").
+bool match_device(verbs_sysfs_dev* sysfs_dev) {
+  const auto* head = reinterpret_cast<const verbs_sysfs_dev_head*>(sysfs_dev);
+  const std::string fw = read_sysfs_line(std::string(head->ibdev_path) + "/fw_ver");
+  return fw.rfind(METAROCE_HCA_TYPE " ", 0) == 0;
+}
+
+verbs_device* alloc_device(verbs_sysfs_dev* sysfs_dev) {
+  const auto* head = reinterpret_cast<const verbs_sysfs_dev_head*>(sysfs_dev);
+  auto* d = new (std::nothrow) Device;
+  if (!d) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  d->kernel = true;
+  d->name = head->ibdev_name;
+  // The netdev of port 1: the RDMA core lists it for every GID entry.
+  d->netdev = read_sysfs_line(std::string(head->ibdev_path) + "/ports/1/gid_attrs/ndevs/0");
+  // libibverbs fills the ibv_device fields, ops and refcount after this.
+  return &d->vdev;
+}
+
+void uninit_device(verbs_device* vdev) {
+  // Kernel-less devices are never released (this process keeps a
+  // reference); kernel devices go when libibverbs drops the last one.
+  Device* d = reinterpret_cast<Device*>(vdev);
+  if (d->kernel) delete d;
 }
 
 struct Registry {
@@ -78,7 +113,7 @@ const verbs_device_ops kDeviceOps = {
     INT_MAX,         // match_max_abi_version
     kMatchTable,     // match_table
     nullptr,         // static_providers
-    nullptr,         // match_device
+    match_device,    // match_device
     alloc_context,   // alloc_context
     nullptr,         // import_context
     alloc_device,    // alloc_device
@@ -90,6 +125,36 @@ Device* device_of(ibv_device* device) {
   auto* vdev = reinterpret_cast<verbs_device*>(device);
   if (vdev->ops != &kDeviceOps) return nullptr;
   return reinterpret_cast<Device*>(vdev);
+}
+
+bool resolve_kernel_device(Device& d) {
+  std::lock_guard<std::mutex> lock(d.kernel_mutex);
+  if (d.resolved) return true;
+  if (d.netdev.empty()) {
+    errno = ENODEV;  // no GID entry names a netdev: the port has none
+    return false;
+  }
+  sockaddr_storage address{};
+  std::string netdev;
+  uint32_t ifindex = 0;
+  // The netdev must be visible here (this network namespace) with an address.
+  if (!resolve_address(d.netdev, address, netdev, ifindex)) {
+    errno = EADDRNOTAVAIL;
+    return false;
+  }
+  char text[INET6_ADDRSTRLEN] = {};
+  if (address.ss_family == AF_INET)
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in&>(address).sin_addr, text, sizeof text);
+  else
+    inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6&>(address).sin6_addr, text, sizeof text);
+  d.address = address;
+  d.address_text = text;
+  d.ifindex = ifindex;
+  const uint64_t guid = d.guid_be;  // the kernel's, set from the context response
+  fill_identity(d, 0);
+  if (guid) d.guid_be = guid;
+  d.resolved = true;
+  return true;
 }
 
 bool resolve_address(const std::string& netdev_or_ip, sockaddr_storage& out, std::string& netdev,

@@ -25,7 +25,14 @@
 #define METAROCE_PROVIDER_VERBS_IBVERBS_PRIVATE_H
 
 #include <infiniband/verbs.h>
+// The kernel's uverbs command and response structs (linux-libc-dev). They
+// end in GNU zero-length arrays, which -Wpedantic rejects in C++.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpedantic"
+#include <rdma/ib_user_verbs.h>
+#pragma GCC diagnostic pop
 #include <stdbool.h>
+#include <sys/types.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,9 +49,22 @@ struct verbs_list_node {
   struct verbs_list_node *next, *prev;
 };
 
-// A device found in sysfs. Only ever handled by pointer here (devices made
-// by this provider have none), so it stays opaque.
+// A device found in sysfs (libibverbs allocates it). Opaque here but for
+// its leading fields, which are the same in every rdma-core release that
+// has IBVERBS_PRIVATE_34 (later fields changed between releases and are not
+// declared): cast a verbs_sysfs_dev pointer to read them, never allocate one.
 struct verbs_sysfs_dev;
+struct verbs_match_ent;
+struct verbs_sysfs_dev_head {
+  struct verbs_list_node entry;
+  void *provider_data;
+  const struct verbs_match_ent *match;
+  unsigned int flags;
+  char sysfs_name[IBV_SYSFS_NAME_MAX];  // uverbsN
+  dev_t sysfs_cdev;
+  char ibdev_name[IBV_SYSFS_NAME_MAX];  // e.g. mr0
+  char ibdev_path[IBV_SYSFS_PATH_MAX];  // /sys/class/infiniband/mr0
+};
 
 enum {
   VERBS_MATCH_SENTINEL = 0,
@@ -254,6 +274,53 @@ void verbs_init_cq(struct ibv_cq *cq, struct ibv_context *context,
 struct ibv_context *verbs_open_device(struct ibv_device *device, void *private_data);
 int ibv_query_gid_type(struct ibv_context *context, uint8_t port_num, unsigned int index,
                        enum ibv_gid_type_sysfs *type);
+
+// --- kernel commands (devices with a uverbs character device) ---------------
+// Each command struct is the uverbs header followed by the kernel's core
+// payload (rdma-core's kern-abi.h layout); a provider appends its driver
+// data after it and passes the total size. Responses likewise: the core
+// response, then the driver's. libibverbs fills the payload; it is declared
+// as bytes of the uapi struct's size because those structs end in
+// zero-length arrays, which C++ does not allow inside another struct.
+struct ibv_get_context {
+  struct ib_uverbs_cmd_hdr hdr;
+  __attribute__((aligned(8))) uint8_t core_payload[sizeof(struct ib_uverbs_get_context)];
+};
+struct ibv_alloc_pd {
+  struct ib_uverbs_cmd_hdr hdr;
+  __attribute__((aligned(8))) uint8_t core_payload[sizeof(struct ib_uverbs_alloc_pd)];
+};
+struct ibv_create_cq {
+  struct ib_uverbs_cmd_hdr hdr;
+  __attribute__((aligned(8))) uint8_t core_payload[sizeof(struct ib_uverbs_create_cq)];
+};
+struct ibv_create_qp {
+  struct ib_uverbs_cmd_hdr hdr;
+  __attribute__((aligned(8))) uint8_t core_payload[sizeof(struct ib_uverbs_create_qp)];
+};
+struct ibv_modify_qp {
+  struct ib_uverbs_cmd_hdr hdr;
+  __attribute__((aligned(8))) uint8_t core_payload[sizeof(struct ib_uverbs_modify_qp)];
+};
+
+// Each returns 0 or a positive errno. ibv_cmd_get_context also sets the
+// context's async_fd and num_comp_vectors; the create/alloc commands set the
+// object's handle (and qp_num) from the kernel's answer.
+int ibv_cmd_get_context(struct verbs_context *context, struct ibv_get_context *cmd, size_t cmd_size,
+                        struct ib_uverbs_get_context_resp *resp, size_t resp_size);
+int ibv_cmd_alloc_pd(struct ibv_context *context, struct ibv_pd *pd, struct ibv_alloc_pd *cmd,
+                     size_t cmd_size, struct ib_uverbs_alloc_pd_resp *resp, size_t resp_size);
+int ibv_cmd_dealloc_pd(struct ibv_pd *pd);
+int ibv_cmd_create_cq(struct ibv_context *context, int cqe, struct ibv_comp_channel *channel,
+                      int comp_vector, struct ibv_cq *cq, struct ibv_create_cq *cmd, size_t cmd_size,
+                      struct ib_uverbs_create_cq_resp *resp, size_t resp_size);
+int ibv_cmd_destroy_cq(struct ibv_cq *cq);
+int ibv_cmd_create_qp(struct ibv_pd *pd, struct ibv_qp *qp, struct ibv_qp_init_attr *attr,
+                      struct ibv_create_qp *cmd, size_t cmd_size, struct ib_uverbs_create_qp_resp *resp,
+                      size_t resp_size);
+int ibv_cmd_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
+                      struct ibv_modify_qp *cmd, size_t cmd_size);
+int ibv_cmd_destroy_qp(struct ibv_qp *qp);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -23,10 +23,23 @@ ibv_pd* alloc_pd(ibv_context* context) {
   pd->id = id;
   pd->ibv.context = context;
   pd->ibv.handle = id;
+  if (ctx->device->kernel) {
+    // The kernel's PD (its handle replaces ours) is what its QPs refer to.
+    struct ibv_alloc_pd cmd{};
+    ib_uverbs_alloc_pd_resp resp{};
+    if (const int err = ibv_cmd_alloc_pd(context, &pd->ibv, &cmd, sizeof cmd, &resp, sizeof resp)) {
+      delete pd;
+      errno = err;
+      return nullptr;
+    }
+  }
   return &pd->ibv;
 }
 
 int dealloc_pd(ibv_pd* pd) {
+  if (context_of(pd->context)->device->kernel) {
+    if (const int err = ibv_cmd_dealloc_pd(pd)) return err;
+  }
   delete pd_of(pd);
   return 0;
 }

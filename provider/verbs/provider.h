@@ -61,7 +61,17 @@ struct Device {
   union ibv_gid gid{};       // ::ffff:a.b.c.d or the IPv6 address
   uint64_t guid_be = 0;      // node GUID, network order
   uint32_t ifindex = 0;      // interface index, 0 if unknown
+  // A kernel device (metaroce.ko, found in sysfs by libibverbs): the kernel
+  // owns the objects' handles and numbers QPs; the address is resolved from
+  // `netdev` when a context opens (resolved under kernel_mutex).
+  bool kernel = false;
+  bool resolved = false;
+  std::mutex kernel_mutex;
 };
+
+// Resolves a kernel device's netdev into its address (once; errno set on
+// failure). Kernel-less devices are resolved when they are made.
+bool resolve_kernel_device(Device& d);
 
 Device* device_of(ibv_device* device);  // null if not ours
 extern const verbs_device_ops kDeviceOps;
@@ -107,6 +117,7 @@ struct Qp {
   verbs_qp vqp{};  // must be first
   Context* ctx = nullptr;
   uint32_t qpn = 0;
+  uint32_t kernel_handle = 0;  // kernel devices: the uverbs handle
   Cq* send_cq = nullptr;
   Cq* recv_cq = nullptr;
   Pd* pd = nullptr;

@@ -135,7 +135,8 @@ int check_values(const Context& ctx, const ibv_qp_attr& a, int mask) {
   if ((mask & IBV_QP_PATH_MTU) && (a.path_mtu < IBV_MTU_256 || a.path_mtu > IBV_MTU_4096)) return EINVAL;
   if (mask & IBV_QP_AV) {
     if (a.ah_attr.port_num > 1) return EINVAL;
-    if (a.ah_attr.is_global && a.ah_attr.grh.sgid_index != 0) return EINVAL;
+    // Kernel devices have the kernel's GID table, which checks the index.
+    if (a.ah_attr.is_global && a.ah_attr.grh.sgid_index != 0 && !ctx.device->kernel) return EINVAL;
   }
   if ((mask & IBV_QP_DEST_QPN) && (a.dest_qp_num > 0xffffff || (a.dest_qp_num & 0xfff) == 0))
     return EINVAL;
@@ -147,7 +148,6 @@ int check_values(const Context& ctx, const ibv_qp_attr& a, int mask) {
   if ((mask & IBV_QP_MIN_RNR_TIMER) && a.min_rnr_timer > 31) return EINVAL;
   if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a.max_rd_atomic > kMaxRdAtomic) return EINVAL;
   if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a.max_dest_rd_atomic > kMaxRdAtomic) return EINVAL;
-  (void)ctx;
   return 0;
 }
 
@@ -237,10 +237,32 @@ ibv_qp* create(Context* ctx, ibv_context* context, ibv_pd* pd, const ibv_qp_init
   qp->config.max_recv_wr = qp->cap.max_recv_wr;
   qp->config.max_rd_atomic = kMaxRdAtomic;
   qp->config.max_dest_rd_atomic = kMaxRdAtomic;
+  ibv_qp& q = qp->vqp.qp;
+  if (ctx->device->kernel) {
+    // The kernel numbers the QP (slot << 12 | index, host-unique).
+    ibv_qp_init_attr init{};
+    init.qp_context = a.qp_context;
+    init.send_cq = a.send_cq;
+    init.recv_cq = a.recv_cq;
+    init.cap = cap;
+    init.qp_type = a.qp_type;
+    init.sq_sig_all = a.sq_sig_all;
+    struct ibv_create_qp cmd{};
+    ib_uverbs_create_qp_resp resp{};
+    if (const int kerr = ibv_cmd_create_qp(pd, &q, &init, &cmd, sizeof cmd, &resp, sizeof resp)) {
+      delete qp;
+      errno = kerr;
+      return nullptr;
+    }
+    qp->kernel_handle = q.handle;
+  }
   qp->qpn = ctx->engine([&](transport::Endpoint& e) {
-    return e.create_qp(qp->pd->id, qp->send_cq->id, qp->recv_cq->id, qp->config);
+    return ctx->device->kernel
+               ? e.create_qp_numbered(q.qp_num, qp->pd->id, qp->send_cq->id, qp->recv_cq->id, qp->config)
+               : e.create_qp(qp->pd->id, qp->send_cq->id, qp->recv_cq->id, qp->config);
   });
   if (qp->qpn == 0) {
+    if (ctx->device->kernel) (void)ibv_cmd_destroy_qp(&q);
     delete qp;
     errno = ENOMEM;  // QP numbers used up
     return nullptr;
@@ -252,14 +274,13 @@ ibv_qp* create(Context* ctx, ibv_context* context, ibv_pd* pd, const ibv_qp_init
 
   // What libibverbs' ibv_create_qp() would fill in; ibv_create_qp_ex() calls
   // the provider directly, so do it here for both.
-  ibv_qp& q = qp->vqp.qp;
   q.context = context;
   q.qp_context = a.qp_context;
   q.pd = pd;
   q.send_cq = a.send_cq;
   q.recv_cq = a.recv_cq;
   q.srq = nullptr;
-  q.handle = qp->qpn;
+  q.handle = ctx->device->kernel ? qp->kernel_handle : qp->qpn;
   q.qp_num = qp->qpn;
   q.state = IBV_QPS_RESET;
   q.qp_type = a.qp_type;
@@ -329,6 +350,15 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   if ((given & t.required) != t.required) return EINVAL;
   if (given & ~(t.required | t.optional)) return EINVAL;
   if (const int err = check_values(*ctx, *attr, mask)) return err;
+  if (ctx->device->kernel) {
+    // The kernel keeps the state of record and has the last word (it also
+    // checks the source GID index and resolves the peer).
+    sockaddr_storage unused{};
+    if (cur == IBV_QPS_INIT && next == IBV_QPS_RTR && !peer_address(*ctx, attr->ah_attr, attr->dest_qp_num, unused))
+      return EINVAL;
+    struct ibv_modify_qp cmd{};
+    if (const int err = ibv_cmd_modify_qp(ibqp, attr, mask, &cmd, sizeof cmd)) return err;
+  }
 
   transport::QpConfig config = qp->config;
   const ibv_qp_attr previous = qp->attr;
@@ -402,6 +432,10 @@ int query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int /*attr_mask*/, ibv_qp_init_att
 
 int destroy_qp(ibv_qp* ibqp) {
   Qp* qp = qp_of(ibqp);
+  if (qp->ctx->device->kernel) {
+    // EIO from a removed device counts as done (libibverbs maps it to 0).
+    if (const int err = ibv_cmd_destroy_qp(ibqp)) return err;
+  }
   const transport::PostResult r =
       qp->ctx->engine([&](transport::Endpoint& e) { return e.destroy_qp(qp->qpn); });
   if (r != transport::PostResult::Ok) return errno_of(r);

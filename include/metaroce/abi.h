@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
+/*
+ * The private uverbs ABI between metaroce.ko and the user-space provider
+ * (libmetaroce-rdmav34.so): the driver data ("udata") that follows the core
+ * uverbs command and response structures.
+ *
+ * Only the control path crosses this boundary; the data path stays in user
+ * space. Every struct is a multiple of 8 bytes, has no implicit padding and
+ * uses fixed-width types, so that it reads the same in the kernel and in
+ * user space (C and C++).
+ *
+ * Versioning: the provider sends METAROCE_ABI_VERSION in its context
+ * request; the kernel refuses a version it does not speak (EPROTONOSUPPORT)
+ * and answers with the version it used. Fields are only ever appended; a
+ * peer that knows fewer fields reads a prefix.
+ *
+ * QP numbers and home ports: every user context gets a host-unique "port
+ * slot" S in [METAROCE_SLOT_MIN, METAROCE_SLOT_MAX]. The provider binds its
+ * UDP home socket to port METAROCE_HOME_PORT_BASE + S on the device's
+ * address, and the kernel numbers the context's QPs (S << 12) | index with
+ * index in [1, 4095]. A peer therefore derives the home port from a QP
+ * number alone: port = 4792 + (qpn >> 12), the rule kernel-less devices
+ * already follow. Slot 0 is never handed out, so no kernel QP is numbered 0
+ * or 1 (the IB special QPs).
+ */
+#ifndef METAROCE_ABI_H
+#define METAROCE_ABI_H
+
+#include <linux/types.h>
+
+#define METAROCE_ABI_VERSION 1
+
+/* uverbs ABI version the device reports (sysfs abi_version of uverbsN). */
+#define METAROCE_UVERBS_ABI_VERSION 1
+
+#define METAROCE_HOME_PORT_BASE 4792
+#define METAROCE_QPN_INDEX_BITS 12
+#define METAROCE_SLOT_MIN 1
+#define METAROCE_SLOT_MAX 4095
+#define METAROCE_QP_INDEX_MIN 1
+#define METAROCE_QP_INDEX_MAX 4095
+
+/* GID table entries per port of a kernel device (filled by the RDMA core
+ * from the netdev's addresses; entry 0 is the link-local default GID). */
+#define METAROCE_GID_TABLE_LEN 32
+
+/* The name of the link type (`rdma link add NAME type metaroce netdev X`)
+ * and the value of the device's sysfs hca_type, which the provider matches. */
+#define METAROCE_LINK_TYPE "metaroce"
+#define METAROCE_HCA_TYPE "metaroce"
+
+/* ibv_cmd_get_context() driver data, provider -> kernel. */
+struct metaroce_alloc_ucontext_req {
+	__u32 abi_version;	/* METAROCE_ABI_VERSION of the provider */
+	__u32 reserved;		/* must be 0 */
+};
+
+/* Response driver data, kernel -> provider. */
+struct metaroce_alloc_ucontext_resp {
+	__u32 abi_version;	/* the version the kernel answered with */
+	__u32 port_slot;	/* home port = METAROCE_HOME_PORT_BASE + port_slot */
+	__u32 qpn_index_bits;	/* METAROCE_QPN_INDEX_BITS */
+	__u32 max_qps;		/* QPs this context may create */
+	__u64 node_guid;	/* the device's node GUID, network order */
+};
+
+/* ibv_cmd_create_qp() carries no driver data either way: the QP number
+ * comes back in the core response (qpn). */
+
+#endif /* METAROCE_ABI_H */

@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Device, port and pkey queries. The provider answers ibv_query_device and
+ * ibv_query_port itself (with the engine's figures); these answers serve the
+ * RDMA core (registration, GID table, sysfs, `rdma link show`) and report the
+ * same limits.
+ */
+#include <linux/netdevice.h>
+
+#include "mroce.h"
+
+static int mroce_query_device(struct ib_device *ib, struct ib_device_attr *attr, struct ib_udata *udata)
+{
+	/* No driver data is defined for this command. */
+	if (udata && (udata->inlen || udata->outlen))
+		return -EINVAL;
+	memset(attr, 0, sizeof(*attr));
+	attr->fw_ver = 0;
+	attr->sys_image_guid = ib->node_guid;
+	attr->max_mr_size = ~0ull;
+	attr->page_size_cap = 0xfffff000;
+	attr->vendor_id = 0xffffff;
+	attr->max_qp = METAROCE_QP_INDEX_MAX - METAROCE_QP_INDEX_MIN + 1;
+	attr->max_qp_wr = MROCE_MAX_QP_WR;
+	attr->device_cap_flags = IB_DEVICE_RC_RNR_NAK_GEN | IB_DEVICE_SYS_IMAGE_GUID;
+	/* `rdma link del` may remove the device. */
+	attr->kernel_cap_flags = IBK_ALLOW_USER_UNREG;
+	attr->max_send_sge = MROCE_MAX_SGE;
+	attr->max_recv_sge = MROCE_MAX_SGE;
+	attr->max_sge_rd = MROCE_MAX_SGE;
+	attr->max_cq = MROCE_MAX_CQ;
+	attr->max_cqe = MROCE_MAX_CQE;
+	attr->max_mr = MROCE_MAX_MR;
+	attr->max_pd = MROCE_MAX_PD;
+	attr->max_qp_rd_atom = MROCE_MAX_RD_ATOMIC;
+	attr->max_qp_init_rd_atom = MROCE_MAX_RD_ATOMIC;
+	attr->max_res_rd_atom = MROCE_MAX_RD_ATOMIC * attr->max_qp;
+	attr->atomic_cap = IB_ATOMIC_HCA;
+	attr->max_pkeys = 1;
+	attr->local_ca_ack_delay = 15;
+	return 0;
+}
+
+static int mroce_query_port(struct ib_device *ib, u32 port, struct ib_port_attr *attr)
+{
+	struct net_device *ndev = to_mdev(ib)->ndev;
+	int err;
+
+	/* The core zeroes *attr and checks the port number. */
+	attr->max_mtu = IB_MTU_4096;
+	attr->gid_tbl_len = MROCE_GID_TABLE_LEN;
+	attr->pkey_tbl_len = 1;
+	attr->max_msg_sz = 1u << 31;
+	attr->max_vl_num = 1;
+	attr->state = IB_PORT_DOWN;
+	attr->phys_state = IB_PORT_PHYS_STATE_DISABLED;
+	attr->active_mtu = IB_MTU_256;
+
+	err = ib_get_eth_speed(ib, port, &attr->active_speed, &attr->active_width);
+	if (err)
+		return err;
+	if (netif_running(ndev) && netif_carrier_ok(ndev)) {
+		attr->state = IB_PORT_ACTIVE;
+		attr->phys_state = IB_PORT_PHYS_STATE_LINK_UP;
+	}
+	/* The provider's packets carry up to 4096 payload bytes over UDP and
+	 * are segmented by the host: the netdev MTU does not bound them. */
+	attr->active_mtu = IB_MTU_4096;
+	return 0;
+}
+
+static int mroce_get_port_immutable(struct ib_device *ib, u32 port, struct ib_port_immutable *imm)
+{
+	struct ib_port_attr attr = {};
+	int err;
+
+	err = ib_query_port(ib, port, &attr);
+	if (err)
+		return err;
+	imm->pkey_tbl_len = attr.pkey_tbl_len;
+	imm->gid_tbl_len = attr.gid_tbl_len;
+	/* RoCEv2 addressing only, so the core fills the GID table from the
+	 * netdev's addresses. No IB_MAD/IB_CM capability: there is no kernel
+	 * QP1 data path, so the MAD and CM layers must leave the port alone
+	 * (and then max_mad_size must be 0). */
+	imm->core_cap_flags = RDMA_CORE_CAP_PROT_ROCE_UDP_ENCAP;
+	imm->max_mad_size = 0;
+	return 0;
+}
+
+static enum rdma_link_layer mroce_get_link_layer(struct ib_device *ib, u32 port)
+{
+	return IB_LINK_LAYER_ETHERNET;
+}
+
+static int mroce_query_pkey(struct ib_device *ib, u32 port, u16 index, u16 *pkey)
+{
+	if (index != 0)
+		return -EINVAL;
+	*pkey = 0xffff;	/* the default partition, full member */
+	return 0;
+}
+
+static void mroce_get_dev_fw_str(struct ib_device *ib, char *str)
+{
+	/* The provider matches devices by this prefix (sysfs fw_ver). */
+	snprintf(str, IB_FW_VERSION_NAME_MAX, "%s", MROCE_FW_VER);
+}
+
+const struct ib_device_ops mroce_query_ops = {
+	.query_device = mroce_query_device,
+	.query_port = mroce_query_port,
+	.get_port_immutable = mroce_get_port_immutable,
+	.get_link_layer = mroce_get_link_layer,
+	.query_pkey = mroce_query_pkey,
+	.get_dev_fw_str = mroce_get_dev_fw_str,
+};

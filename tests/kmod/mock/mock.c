@@ -1,0 +1,35 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+/* User-space versions of the kernel helpers declared in mock_kernel.h. */
+#include "mock_kernel.h"
+
+unsigned long mock_find_calls;
+
+void bitmap_zero(unsigned long *map, unsigned int nbits)
+{
+	memset(map, 0, BITS_TO_LONGS(nbits) * sizeof(long));
+}
+
+/* As the kernel's: the first clear bit at or after offset, or size. */
+unsigned long find_next_zero_bit(const unsigned long *map, unsigned long size, unsigned long offset)
+{
+	mock_find_calls++;
+	for (unsigned long i = offset; i < size; i++)
+		if (!test_bit(i, map))
+			return i;
+	return size;
+}
+
+void __set_bit(unsigned long nr, unsigned long *map)
+{
+	map[nr / BITS_PER_LONG] |= 1ul << (nr % BITS_PER_LONG);
+}
+
+void __clear_bit(unsigned long nr, unsigned long *map)
+{
+	map[nr / BITS_PER_LONG] &= ~(1ul << (nr % BITS_PER_LONG));
+}
+
+bool test_bit(unsigned long nr, const unsigned long *map)
+{
+	return (map[nr / BITS_PER_LONG] >> (nr % BITS_PER_LONG)) & 1;
+}

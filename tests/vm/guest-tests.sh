@@ -1,0 +1,286 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+# The kernel-device tests, run inside the test VM (tests/vm/vm-run.sh) as
+# root on a throw-away overlay of the host's root:
+#   module loading by alias, `rdma link add/show/del`, clear errors for a
+#   duplicate and a bad netdev, ibv_devices/ibv_devinfo through the provider,
+#   perftest (write, send, read) between two network namespaces over veth
+#   with and without nftables loss, beside rxe running the same commands;
+#   a netdev deleted under an open context, a killed process's objects,
+#   rmmod with and without devices, and a clean kernel log throughout.
+# Prints "ok - ..." / "not ok - ..." lines; exits 0 only if all passed.
+set -u
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+
+PASSED=0
+FAILED=0
+OUT=/tmp/guest-test.out
+ok() { echo "ok - $*"; PASSED=$((PASSED + 1)); }
+not_ok() { echo "not ok - $*"; FAILED=$((FAILED + 1)); }
+show_output() { sed 's/^/#   /' "$OUT" | head -n 40; }
+# expect_ok DESC CMD...: CMD must succeed.
+expect_ok() {
+  local desc=$1; shift
+  if "$@" >"$OUT" 2>&1; then ok "$desc"; else not_ok "$desc (status $?)"; show_output; fi
+}
+# expect_fail DESC PATTERN CMD...: CMD must fail and say PATTERN (grep -E).
+expect_fail() {
+  local desc=$1 pattern=$2; shift 2
+  if "$@" >"$OUT" 2>&1; then
+    not_ok "$desc (succeeded)"; show_output
+  elif grep -Eq "$pattern" "$OUT"; then
+    ok "$desc: $(head -n1 "$OUT")"
+  else
+    not_ok "$desc (no '$pattern' in the error)"; show_output
+  fi
+}
+# wait_until SECONDS CMD...: polls CMD every 0.2 s until it succeeds.
+wait_until() {
+  local deadline=$(( $(date +%s) + $1 )); shift
+  until "$@" >/dev/null 2>&1; do
+    [ "$(date +%s)" -lt "$deadline" ] || return 1
+    sleep 0.2
+  done
+}
+in_ns() { local ns=$1; shift; if [ "$ns" = init ]; then "$@"; else ip netns exec "$ns" "$@"; fi; }
+has_dev() { [ -e "/sys/class/infiniband/$1" ]; }
+no_dev() { [ ! -e "/sys/class/infiniband/$1" ]; }
+module_loaded() { grep -q "^$1 " /proc/modules; }
+module_gone() { ! grep -q "^$1 " /proc/modules; }
+listening() { in_ns "$1" ss -Hltn "sport = :$2" | grep -q LISTEN; }
+
+echo "# guest: $(uname -r), $(nproc) CPUs"
+
+# --- the provider, installed as a package would install it ------------------
+provider_dir=$(pkg-config --variable=libdir libibverbs 2>/dev/null)/libibverbs
+[ -d "$provider_dir" ] || provider_dir=/usr/lib/x86_64-linux-gnu/libibverbs
+cp "$MROCE_STAGE/provider/libmetaroce-rdmav34.so" "$provider_dir/"
+echo "driver metaroce" >/etc/libibverbs.d/metaroce.driver
+
+# --- two namespaces per transport, joined by veth -----------------------------
+# ns0 (mra 10.0.0.1) <-> ns1 (mrb 10.0.0.2): metaroce
+make_pair() {  # make_pair NS_A NS_B DEV_A DEV_B SUBNET
+  ip netns add "$1"; ip netns add "$2"
+  ip link add "$3" type veth peer name "$4"
+  ip link set "$3" netns "$1"; ip link set "$4" netns "$2"
+  in_ns "$1" ip addr add "$5.1/24" dev "$3"; in_ns "$2" ip addr add "$5.2/24" dev "$4"
+  for ns in "$1" "$2"; do in_ns "$ns" ip link set lo up; done
+  in_ns "$1" ip link set "$3" up; in_ns "$2" ip link set "$4" up
+}
+make_pair ns0 ns1 mra mrb 10.0.0
+# rxe in this kernel (6.1) has its UDP socket in the initial namespace only:
+# its reference runs both ends on one device there (rxe's own loopback).
+ip link add rxa type veth peer name rxb
+ip addr add 10.0.1.1/24 dev rxa
+ip link set rxa up; ip link set rxb up
+
+# --- module and link -----------------------------------------------------------
+if module_loaded metaroce; then not_ok "metaroce is not loaded before the first link add"; else ok "metaroce is not loaded before the first link add"; fi
+expect_ok "rdma link add mr0 type metaroce netdev mra" in_ns ns0 rdma link add mr0 type metaroce netdev mra
+if module_loaded metaroce; then ok "link add loaded metaroce.ko by its alias rdma-link-metaroce"; else not_ok "link add loaded metaroce.ko by its alias"; fi
+expect_ok "rdma link add mr1 type metaroce netdev mrb" in_ns ns1 rdma link add mr1 type metaroce netdev mrb
+expect_ok "ib_uverbs is loaded (softdep)" module_loaded ib_uverbs
+# The netdev is shown to callers in its own network namespace.
+expect_ok "rdma link show lists mr0 on mra, ACTIVE" sh -c "ip netns exec ns0 rdma link show mr0/1 | grep -E 'link mr0/1 state ACTIVE .*netdev mra'"
+in_ns ns0 rdma link show | sed 's/^/# ns0: /'
+expect_fail "duplicate name is refused" "File exists" in_ns ns0 rdma link add mr0 type metaroce netdev mra
+expect_fail "second device on one netdev is refused" "File exists" in_ns ns0 rdma link add mr9 type metaroce netdev mra
+expect_fail "unknown netdev is refused" "No such device|not found|Unknown|No such" in_ns ns0 rdma link add mr9 type metaroce netdev nosuch0
+expect_fail "non-Ethernet netdev (lo) is refused" "Invalid argument" in_ns ns0 rdma link add mr9 type metaroce netdev lo
+expect_ok "no stray device after the refusals" no_dev mr9
+
+# --- rxe beside it -------------------------------------------------------------
+expect_ok "rdma link add rxe0 type rxe netdev rxa" rdma link add rxe0 type rxe netdev rxa
+
+# --- the provider binds to the kernel devices ---------------------------------
+expect_ok "ibv_devices lists mr0 and mr1" sh -c "ibv_devices | grep -qw mr0 && ibv_devices | grep -qw mr1"
+ibv_devices | sed 's/^/# /'
+expect_ok "ibv_devinfo -d mr0: Ethernet port, active, metaroce firmware" sh -c \
+  "ip netns exec ns0 ibv_devinfo -d mr0 >$OUT.devinfo 2>&1 && grep -q 'hca_id:.*mr0' $OUT.devinfo &&
+   grep -q 'link_layer:.*Ethernet' $OUT.devinfo && grep -q 'state:.*PORT_ACTIVE' $OUT.devinfo &&
+   grep -q 'fw_ver:.*metaroce' $OUT.devinfo"
+sed 's/^/# /' "$OUT.devinfo"
+
+# The GID index of a device's IPv4 address (RoCE v2), from sysfs.
+gid_index() {  # gid_index DEV IPV4
+  local dev=$1 ip=$2 f i want
+  want=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' $(echo "$ip" | tr . ' '))
+  for f in /sys/class/infiniband/"$dev"/ports/1/gids/*; do
+    i=${f##*/}
+    [ "$(cat "$f" 2>/dev/null)" = "$want" ] || continue
+    [ "$(cat /sys/class/infiniband/"$dev"/ports/1/gid_attrs/types/"$i" 2>/dev/null)" = "RoCE v2" ] && { echo "$i"; return 0; }
+  done
+  return 1
+}
+expect_ok "GID table of mr0 holds 10.0.0.1 (RoCE v2)" wait_until 20 gid_index mr0 10.0.0.1
+for d in "mr0 10.0.0.1" "mr1 10.0.0.2" "rxe0 10.0.1.1"; do
+  set -- $d; wait_until 20 gid_index "$1" "$2"
+done
+GID_mr0=$(gid_index mr0 10.0.0.1); GID_mr1=$(gid_index mr1 10.0.0.2)
+GID_rxe0=$(gid_index rxe0 10.0.1.1)
+echo "# GID indexes: mr0 $GID_mr0, mr1 $GID_mr1, rxe0 $GID_rxe0"
+
+# --- perftest ------------------------------------------------------------------
+ITERS=200
+SIZE=65536
+PORT=18515
+declare -A RESULT
+# bw TOOL TRANSPORT LOSS: one server/client run; records the average MB/s.
+bw() {
+  local tool=$1 tr=$2 loss=$3 sns cns sdev cdev sgid cgid addr log=/tmp/pt.$1.$2.$3
+  if [ "$tr" = metaroce ]; then sns=ns0 cns=ns1 sdev=mr0 cdev=mr1 sgid=$GID_mr0 cgid=$GID_mr1 addr=10.0.0.1
+  else sns=init cns=init sdev=rxe0 cdev=rxe0 sgid=$GID_rxe0 cgid=$GID_rxe0 addr=10.0.1.1; fi
+  PORT=$((PORT + 1))
+  in_ns $sns timeout 240 $tool -d $sdev -x "$sgid" -n $ITERS -s $SIZE -p $PORT -F >"$log.server" 2>&1 &
+  local server=$!
+  if ! wait_until 60 listening $sns $PORT; then
+    not_ok "$tool over $tr, loss $loss: server did not listen"; sed 's/^/#   /' "$log.server"
+    kill $server 2>/dev/null; wait $server 2>/dev/null; RESULT[$tool,$tr,$loss]=fail; return
+  fi
+  local start=$(date +%s) status=0 sstatus=0
+  in_ns $cns timeout 240 $tool -d $cdev -x "$cgid" -n $ITERS -s $SIZE -p $PORT -F $addr >"$log.client" 2>&1 || status=$?
+  wait $server || sstatus=$?
+  local secs=$(( $(date +%s) - start ))
+  # The result line: #bytes #iterations BW-peak BW-average MsgRate.
+  local line; line=$(awk -v s=$SIZE '$1 == s && NF >= 4 { print; exit }' "$log.client")
+  local bytes iters avg; read -r bytes iters _ avg _ <<<"$line"
+  if [ $status -eq 0 ] && [ $sstatus -eq 0 ] && [ "${bytes:-}" = "$SIZE" ] && [ "${iters:-}" = "$ITERS" ]; then
+    ok "$tool over $tr, loss $loss: $ITERS x $SIZE bytes completed, $avg MB/s (${secs}s)"
+    RESULT[$tool,$tr,$loss]=$avg
+  else
+    not_ok "$tool over $tr, loss $loss (client $status, server $sstatus, result '$line')"
+    sed 's/^/#   client: /' "$log.client" | tail -n 15; sed 's/^/#   server: /' "$log.server" | tail -n 8
+    RESULT[$tool,$tr,$loss]=fail
+  fi
+}
+# Random loss on every UDP datagram a namespace receives for the transport's
+# ports (MetaRoCE's home and path ports lie above 4791). rxe's loopback
+# bypasses netfilter: its "loss" runs see none, and the table says so.
+set_loss() {  # set_loss PERCENT
+  local ns
+  for ns in ns0 ns1; do
+    in_ns $ns nft delete table inet mrloss 2>/dev/null
+    [ "$1" = 0 ] && continue
+    in_ns $ns nft -f - <<EOF
+table inet mrloss {
+  chain input {
+    type filter hook input priority 0;
+    udp dport 4791-65535 numgen random mod 100 < $1 counter drop
+  }
+}
+EOF
+  done
+}
+dropped() { local n=0 ns c; for ns in "$@"; do c=$(in_ns $ns nft list table inet mrloss 2>/dev/null | awk '/counter/ { for (i = 1; i <= NF; i++) if ($i == "packets") print $(i + 1) }'); n=$((n + ${c:-0})); done; echo $n; }
+
+for loss in 0 1; do
+  set_loss $loss
+  for tool in ib_write_bw ib_send_bw ib_read_bw; do
+    for tr in metaroce rxe; do bw $tool $tr $loss; done
+  done
+  if [ $loss != 0 ]; then
+    echo "# nftables dropped $(dropped ns0 ns1) metaroce datagrams (rxe: loopback, no loss applied)"
+    d=$(dropped ns0 ns1)
+    if [ "$d" -gt 0 ]; then ok "loss was applied to metaroce traffic ($d datagrams dropped)"; else not_ok "loss was applied to metaroce traffic"; fi
+  fi
+done
+set_loss 0
+
+echo "# perftest under emulation (TCG): functional figures, not performance."
+echo "# rxe: one device, both ends in the initial namespace (its loopback, no loss)."
+printf '# %-12s %5s %14s %14s\n' test loss "metaroce MB/s" "rxe MB/s"
+for loss in 0 1; do
+  for tool in ib_write_bw ib_send_bw ib_read_bw; do
+    printf '# %-12s %4s%% %14s %14s\n' $tool $loss "${RESULT[$tool,metaroce,$loss]:-n/a}" "${RESULT[$tool,rxe,$loss]:-n/a}"
+  done
+done
+
+# --- a killed process's kernel objects are released ---------------------------
+res_count() {  # res_count DEV KIND: that device's count of KIND in `rdma resource`
+  rdma resource show | grep -w "$1:" | tr ' ' '\n' | awk -v k="$2" 'prev == k { print; exit } { prev = $0 }'
+}
+has_qp() { [ "$(res_count "$1" qp)" -ge 1 ] 2>/dev/null; }
+# hold_qp NS DEV GID ADDR: a perftest client that has created its PD, CQ and
+# QP on DEV and then waits forever in the TCP exchange (its "server" is a
+# listener that accepts and never answers). Sets HOLDER and LISTENER.
+hold_qp() {
+  local ns=$1 dev=$2 gid=$3 addr=$4
+  PORT=$((PORT + 1))
+  in_ns $ns python3 -c "import socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('$addr', $PORT)); s.listen(1); c, _ = s.accept(); time.sleep(600)" &
+  LISTENER=$!
+  wait_until 30 listening $ns $PORT || return 1
+  in_ns $ns ib_write_bw -d $dev -x "$gid" -p $PORT -F $addr >/tmp/holder.$dev.log 2>&1 &
+  HOLDER=$!
+  wait_until 60 has_qp $dev
+}
+if hold_qp ns1 mr1 "$GID_mr1" 10.0.0.2; then
+  ok "a waiting perftest holds a kernel QP on mr1 ($(res_count mr1 qp) qp, $(res_count mr1 cq) cq, $(res_count mr1 pd) pd, $(res_count mr1 ctx) ctx)"
+  rdma resource show qp link mr1 | sed 's/^/# /'
+  lqpn=$(rdma resource show qp link mr1 | awk '{ for (i = 1; i < NF; i++) if ($i == "lqpn") print $(i + 1) }' | head -n1)
+  if [ -n "$lqpn" ] && [ "$lqpn" -ge 4097 ] && [ $((lqpn & 4095)) -ne 0 ]; then
+    ok "kernel QP number $lqpn = slot $((lqpn >> 12)) << 12 | index $((lqpn & 4095))"
+  else
+    not_ok "kernel QP number '$lqpn' has a port slot and a non-zero index"
+  fi
+else
+  not_ok "a waiting perftest holds a kernel QP on mr1"; sed 's/^/#   /' /tmp/holder.mr1.log; rdma resource show | sed 's/^/#   /'
+fi
+kill -9 $HOLDER 2>/dev/null; wait $HOLDER 2>/dev/null
+kill $LISTENER 2>/dev/null; wait $LISTENER 2>/dev/null
+released() { [ "$(res_count mr1 qp)" = 0 ] && [ "$(res_count mr1 cq)" = 0 ] && [ "$(res_count mr1 pd)" = 0 ] && [ "$(res_count mr1 ctx)" = 0 ]; }
+expect_ok "after kill -9 the kernel released its QP, CQ, PD and context" wait_until 30 released
+
+# --- the netdev goes away under an open context ---------------------------------
+ip netns add ns2
+ip link add mrc type veth peer name mrd
+ip link set mrc netns ns2
+in_ns ns2 ip addr add 10.0.2.1/24 dev mrc
+in_ns ns2 ip link set mrc up
+expect_ok "rdma link add mr2 type metaroce netdev mrc" in_ns ns2 rdma link add mr2 type metaroce netdev mrc
+wait_until 20 gid_index mr2 10.0.2.1
+if hold_qp ns2 mr2 "$(gid_index mr2 10.0.2.1)" 10.0.2.1; then ok "a process holds a context and a QP on mr2"; else not_ok "a process holds a context and a QP on mr2"; sed 's/^/#   /' /tmp/holder.mr2.log; fi
+holder=$HOLDER
+if in_ns ns2 ip link del mrc && wait_until 30 no_dev mr2; then
+  ok "deleting mrc (context and QP still open) removes mr2"
+else
+  not_ok "deleting mrc (context and QP still open) removes mr2"
+fi
+kill $holder 2>/dev/null
+expect_ok "the process holding the removed device exits when killed" wait_until 30 sh -c "! kill -0 $holder"
+wait $holder 2>/dev/null
+kill $LISTENER 2>/dev/null; wait $LISTENER 2>/dev/null
+
+# --- rdma link del, rmmod -------------------------------------------------------
+expect_ok "rdma link del mr0" rdma link del mr0
+expect_ok "mr0 is gone" wait_until 10 no_dev mr0
+expect_fail "rdma link del of a missing device fails" "." rdma link del mr0
+# With disassociate_ucontext, uverbs holds no module reference for open
+# contexts: rmmod removes the devices under them and the process gets EIO.
+if hold_qp ns1 mr1 "$GID_mr1" 10.0.0.2; then ok "a process holds a context and a QP on mr1"; else not_ok "a process holds a context and a QP on mr1"; sed 's/^/#   /' /tmp/holder.mr1.log; fi
+busy=$HOLDER
+expect_ok "rmmod metaroce with mr1 registered and a context open" rmmod metaroce
+expect_ok "mr1 went with the module" no_dev mr1
+expect_ok "metaroce is unloaded" module_gone metaroce
+kill $busy 2>/dev/null
+expect_ok "the process whose device was removed exits when killed" wait_until 30 sh -c "! kill -0 $busy"
+wait $busy 2>/dev/null
+kill $LISTENER 2>/dev/null; wait $LISTENER 2>/dev/null
+expect_ok "modprobe metaroce again" modprobe metaroce
+expect_ok "rdma link add after reload" in_ns ns0 rdma link add mr0 type metaroce netdev mra
+expect_ok "rdma link del, rmmod" sh -c "rdma link del mr0 && rmmod metaroce"
+expect_ok "rdma link del rxe0" rdma link del rxe0
+
+# --- the kernel log -------------------------------------------------------------
+bad='WARNING:|BUG:|Oops|general protection|Call Trace|kmemleak|unreferenced object|refcount_t|use-after-free|list_del corruption|hung_task|INFO: task'
+if dmesg | grep -Eq "$bad"; then
+  not_ok "kernel log is free of warnings, oopses and leak reports"
+  dmesg | grep -E -B2 -A20 "$bad" | head -n 60 | sed 's/^/#   /'
+else
+  ok "kernel log is free of warnings, oopses and leak reports"
+fi
+dmesg | grep -i metaroce | sed 's/^/# dmesg: /'
+
+echo "# $PASSED passed, $FAILED failed"
+[ $FAILED -eq 0 ]

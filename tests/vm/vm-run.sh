@@ -1,0 +1,111 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+# Boots Debian's kernel (linux-image-amd64) under qemu (TCG: software
+# emulation) with the host's root shared read-only over 9p under a tmpfs
+# overlay, runs a guest test script and exits with its status.
+#
+#   vm-run.sh --ko PATH/metaroce.ko --provider PATH/libmetaroce-rdmav34.so
+#             --work DIR --test GUEST_SCRIPT [--timeout SECONDS]
+#
+# Exit 0 only when the guest printed "METAROCE-VM-RESULT: PASS" and wrote 0
+# to qemu's isa-debug-exit device; a timeout, a panic, a reboot or anything
+# else is a failure. 77 (skip, one line) when this machine cannot run it.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+ko= provider= work= test= timeout=720
+while [ $# -gt 0 ]; do
+  case $1 in
+    --ko) ko=$2; shift 2 ;;
+    --provider) provider=$2; shift 2 ;;
+    --work) work=$2; shift 2 ;;
+    --test) test=$2; shift 2 ;;
+    --timeout) timeout=$2; shift 2 ;;
+    *) echo "vm-run.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+skip() { echo "SKIP vm: $*"; exit 77; }
+
+kver=$("$here/kernel-version.sh")
+[ "$(id -u)" -eq 0 ] || skip "needs root (the guest shares the host's root file system)"
+command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 not installed (qemu-system-x86)"
+[ -n "$kver" ] || skip "linux-image-amd64 not installed"
+[ -r "/boot/vmlinuz-$kver" ] || skip "no /boot/vmlinuz-$kver"
+[ -d "/usr/src/linux-headers-$kver" ] || skip "no headers for $kver (linux-headers-amd64)"
+[ -x /bin/busybox ] && /bin/busybox --list | grep -qx switch_root || skip "no static busybox (busybox-static)"
+[ -n "$ko" ] && [ -f "$ko" ] || skip "metaroce.ko was not built"
+[ -n "$provider" ] && [ -f "$provider" ] || { echo "vm-run.sh: provider '$provider' missing" >&2; exit 1; }
+[ -n "$work" ] && [ -n "$test" ] || { echo "vm-run.sh: --work and --test are required" >&2; exit 2; }
+test=$(cd "$(dirname "$test")" && pwd)/$(basename "$test")
+
+rm -rf "$work"
+mkdir -p "$work"
+work=$(cd "$work" && pwd)
+
+# --- the guest's module tree: the host's modules (symlinked) + metaroce.ko,
+# depmod'ed here: in the guest depmod takes minutes over 9p.
+stage=$work/stage
+mods=$stage/lib/modules/$kver
+mkdir -p "$mods/extra"
+cp -rs "/lib/modules/$kver/kernel" "$mods/kernel"
+cp "/lib/modules/$kver"/modules.builtin* "/lib/modules/$kver/modules.order" "$mods/"
+cp "$ko" "$mods/extra/metaroce.ko"
+depmod -b "$stage" "$kver"
+grep -q '^alias rdma-link-metaroce metaroce$' "$mods/modules.alias" ||
+  { echo "vm-run.sh: depmod did not record the rdma-link-metaroce alias" >&2; exit 1; }
+# What the guest installs into its overlay: the provider and its driver file.
+mkdir -p "$stage/provider"
+cp "$provider" "$stage/provider/"
+
+# --- initramfs: static busybox and the modules that mount the root.
+initrd=$work/initramfs
+mkdir -p "$initrd/bin" "$initrd/modules"
+cp /bin/busybox "$initrd/bin/busybox"
+for applet in $(/bin/busybox --list); do
+  [ "$applet" = busybox ] || ln -sf busybox "$initrd/bin/$applet"
+done
+: >"$initrd/modules/order"
+for m in virtio virtio_ring virtio_pci 9pnet_virtio 9p overlay; do
+  modprobe -S "$kver" --show-depends "$m" | while read -r verb path _; do
+    [ "$verb" = insmod ] || continue
+    name=$(basename "$path")
+    case $name in
+      *.ko.xz) xz -dc "$path" >"$initrd/modules/${name%.xz}"; name=${name%.xz} ;;
+      *.ko.zst) zstd -qdc "$path" >"$initrd/modules/${name%.zst}"; name=${name%.zst} ;;
+      *) cp "$path" "$initrd/modules/$name" ;;
+    esac
+    grep -qx "$name" "$initrd/modules/order" || echo "$name" >>"$initrd/modules/order"
+  done
+done
+cp "$here/initramfs-init" "$initrd/init"
+chmod +x "$initrd/init"
+(cd "$initrd" && find . | cpio -o -H newc --quiet | gzip -1) >"$work/initramfs.cpio.gz"
+
+# --- boot. The console goes to our stdout (the test log) and a file.
+log=$work/console.log
+append="console=ttyS0 panic=-1 oops=panic loglevel=4 rdinit=/init mroce.boot=$here/guest-boot.sh"
+append+=" mroce.stage=$stage mroce.test=$test"
+echo "# vm: booting $kver under qemu (TCG), test $(basename "$test"), timeout ${timeout}s"
+start=$(date +%s)
+set +e
+timeout --kill-after=10 "$timeout" qemu-system-x86_64 \
+  -machine pc -accel tcg,thread=multi -cpu max -smp 2 -m 2048 \
+  -nodefaults -display none -no-reboot \
+  -kernel "/boot/vmlinuz-$kver" -initrd "$work/initramfs.cpio.gz" -append "$append" \
+  -fsdev local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap \
+  -device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \
+  -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
+  -serial stdio -monitor none </dev/null | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+echo "# vm: qemu exited with $rc after $(( $(date +%s) - start ))s"
+if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+  echo "FAIL vm: timeout after ${timeout}s"; exit 1
+fi
+if grep -q 'Kernel panic' "$log"; then echo "FAIL vm: guest kernel panic"; exit 1; fi
+# isa-debug-exit with 0 -> qemu exit status 1.
+if [ "$rc" -eq 1 ] && grep -q '^METAROCE-VM-RESULT: PASS' "$log"; then
+  echo "PASS vm"; exit 0
+fi
+echo "FAIL vm: guest did not report success (qemu status $rc)"
+exit 1
