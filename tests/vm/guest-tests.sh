@@ -200,23 +200,22 @@ res_count() {  # res_count DEV KIND: that device's count of KIND in `rdma resour
   rdma resource show | grep -w "$1:" | tr ' ' '\n' | awk -v k="$2" 'prev == k { print; exit } { prev = $0 }'
 }
 has_qp() { [ "$(res_count "$1" qp)" -ge 1 ] 2>/dev/null; }
-# hold_qp NS DEV GID ADDR: a perftest client that has created its PD, CQ and
-# QP on DEV and then waits forever in the TCP exchange (its "server" is a
-# listener that accepts and never answers). Sets HOLDER and LISTENER.
+# hold_qp NS DEV GID ADDR: a perftest pair on DEV (both ends in NS, the
+# client connecting to ADDR) in a timed run, so that QPs exist for a while
+# (perftest creates them only after its TCP exchange). Sets HOLDER (client)
+# and LISTENER (server).
 hold_qp() {
   local ns=$1 dev=$2 gid=$3 addr=$4
   PORT=$((PORT + 1))
-  in_ns $ns python3 -c "import socket, time
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(('$addr', $PORT)); s.listen(1); c, _ = s.accept(); time.sleep(600)" &
+  in_ns $ns ib_write_bw -d $dev -x "$gid" -p $PORT -F -D 120 >/tmp/holder-server.$dev.log 2>&1 &
   LISTENER=$!
-  wait_until 30 listening $ns $PORT || return 1
-  in_ns $ns ib_write_bw -d $dev -x "$gid" -p $PORT -F $addr >/tmp/holder.$dev.log 2>&1 &
+  wait_until 60 listening $ns $PORT || return 1
+  in_ns $ns ib_write_bw -d $dev -x "$gid" -p $PORT -F -D 120 $addr >/tmp/holder.$dev.log 2>&1 &
   HOLDER=$!
   wait_until 60 has_qp $dev
 }
 if hold_qp ns1 mr1 "$GID_mr1" 10.0.0.2; then
-  ok "a waiting perftest holds a kernel QP on mr1 ($(res_count mr1 qp) qp, $(res_count mr1 cq) cq, $(res_count mr1 pd) pd, $(res_count mr1 ctx) ctx)"
+  ok "a running perftest holds a kernel QP on mr1 ($(res_count mr1 qp) qp, $(res_count mr1 cq) cq, $(res_count mr1 pd) pd, $(res_count mr1 ctx) ctx)"
   rdma resource show qp link mr1 | sed 's/^/# /'
   lqpn=$(rdma resource show qp link mr1 | awk '{ for (i = 1; i < NF; i++) if ($i == "lqpn") print $(i + 1) }' | head -n1)
   if [ -n "$lqpn" ] && [ "$lqpn" -ge 4097 ] && [ $((lqpn & 4095)) -ne 0 ]; then
@@ -225,10 +224,9 @@ if hold_qp ns1 mr1 "$GID_mr1" 10.0.0.2; then
     not_ok "kernel QP number '$lqpn' has a port slot and a non-zero index"
   fi
 else
-  not_ok "a waiting perftest holds a kernel QP on mr1"; sed 's/^/#   /' /tmp/holder.mr1.log; rdma resource show | sed 's/^/#   /'
+  not_ok "a running perftest holds a kernel QP on mr1"; sed 's/^/#   /' /tmp/holder.mr1.log; rdma resource show | sed 's/^/#   /'
 fi
-kill -9 $HOLDER 2>/dev/null; wait $HOLDER 2>/dev/null
-kill $LISTENER 2>/dev/null; wait $LISTENER 2>/dev/null
+kill -9 $HOLDER $LISTENER 2>/dev/null; wait $HOLDER $LISTENER 2>/dev/null
 released() { [ "$(res_count mr1 qp)" = 0 ] && [ "$(res_count mr1 cq)" = 0 ] && [ "$(res_count mr1 pd)" = 0 ] && [ "$(res_count mr1 ctx)" = 0 ]; }
 expect_ok "after kill -9 the kernel released its QP, CQ, PD and context" wait_until 30 released
 
@@ -247,10 +245,9 @@ if in_ns ns2 ip link del mrc && wait_until 30 no_dev mr2; then
 else
   not_ok "deleting mrc (context and QP still open) removes mr2"
 fi
-kill $holder 2>/dev/null
-expect_ok "the process holding the removed device exits when killed" wait_until 30 sh -c "! kill -0 $holder"
-wait $holder 2>/dev/null
-kill $LISTENER 2>/dev/null; wait $LISTENER 2>/dev/null
+kill $holder $LISTENER 2>/dev/null
+expect_ok "the processes holding the removed device exit when killed" wait_until 30 sh -c "! kill -0 $holder 2>/dev/null && ! kill -0 $LISTENER 2>/dev/null"
+wait $holder $LISTENER 2>/dev/null
 
 # --- rdma link del, rmmod -------------------------------------------------------
 expect_ok "rdma link del mr0" rdma link del mr0
@@ -263,10 +260,9 @@ busy=$HOLDER
 expect_ok "rmmod metaroce with mr1 registered and a context open" rmmod metaroce
 expect_ok "mr1 went with the module" no_dev mr1
 expect_ok "metaroce is unloaded" module_gone metaroce
-kill $busy 2>/dev/null
-expect_ok "the process whose device was removed exits when killed" wait_until 30 sh -c "! kill -0 $busy"
-wait $busy 2>/dev/null
-kill $LISTENER 2>/dev/null; wait $LISTENER 2>/dev/null
+kill $busy $LISTENER 2>/dev/null
+expect_ok "the processes whose device was removed exit when killed" wait_until 30 sh -c "! kill -0 $busy 2>/dev/null && ! kill -0 $LISTENER 2>/dev/null"
+wait $busy $LISTENER 2>/dev/null
 expect_ok "modprobe metaroce again" modprobe metaroce
 expect_ok "rdma link add after reload" in_ns ns0 rdma link add mr0 type metaroce netdev mra
 expect_ok "rdma link del, rmmod" sh -c "rdma link del mr0 && rmmod metaroce"
