@@ -56,6 +56,13 @@ struct mroce_qp {
 	struct mutex lock;	/* state */
 	enum ib_qp_state state;
 	u32 index;
+	/* Reported by query_qp (`rdma resource show qp`), under lock. */
+	u32 dest_qp_num;
+	u32 rq_psn;
+	u32 sq_psn;
+	enum ib_mtu path_mtu;
+	int access;
+	struct ib_qp_cap cap;
 };
 
 static inline struct mroce_dev *to_mdev(struct ib_device *ib)

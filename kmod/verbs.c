@@ -147,6 +147,8 @@ static int mroce_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, str
 	qp->uctx = uc;
 	qp->index = index;
 	qp->state = IB_QPS_RESET;
+	qp->path_mtu = IB_MTU_4096;
+	qp->cap = *cap;
 	mutex_init(&qp->lock);
 	ibqp->qp_num = mroce_qpn(uc->slot, index);
 	return 0;
@@ -165,10 +167,51 @@ static int mroce_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask
 	}
 	mutex_lock(&qp->lock);
 	err = mroce_qp_modify_check(qp->state, attr, mask, &next);
-	if (!err)
+	if (!err) {
 		qp->state = next;
+		if (mask & IB_QP_DEST_QPN)
+			qp->dest_qp_num = attr->dest_qp_num;
+		if (mask & IB_QP_RQ_PSN)
+			qp->rq_psn = attr->rq_psn;
+		if (mask & IB_QP_SQ_PSN)
+			qp->sq_psn = attr->sq_psn;
+		if (mask & IB_QP_PATH_MTU)
+			qp->path_mtu = attr->path_mtu;
+		if (mask & IB_QP_ACCESS_FLAGS)
+			qp->access = attr->qp_access_flags;
+	}
 	mutex_unlock(&qp->lock);
 	return err;
+}
+
+/* The state of record and the attributes kept for it: what `rdma resource
+ * show qp` (and ibv_query_qp through the kernel) can learn here. The engine
+ * in user space knows the rest. */
+static int mroce_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
+			  struct ib_qp_init_attr *init)
+{
+	struct mroce_qp *qp = to_mqp(ibqp);
+
+	memset(attr, 0, sizeof(*attr));
+	memset(init, 0, sizeof(*init));
+	mutex_lock(&qp->lock);
+	attr->qp_state = qp->state;
+	attr->cur_qp_state = qp->state;
+	attr->path_mtu = qp->path_mtu;
+	attr->path_mig_state = IB_MIG_MIGRATED;
+	attr->dest_qp_num = qp->dest_qp_num;
+	attr->rq_psn = qp->rq_psn;
+	attr->sq_psn = qp->sq_psn;
+	attr->qp_access_flags = qp->access;
+	attr->port_num = 1;
+	attr->cap = qp->cap;
+	mutex_unlock(&qp->lock);
+	init->qp_type = ibqp->qp_type;
+	init->send_cq = ibqp->send_cq;
+	init->recv_cq = ibqp->recv_cq;
+	init->cap = attr->cap;
+	init->sq_sig_type = IB_SIGNAL_REQ_WR;
+	return 0;
 }
 
 static int mroce_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
@@ -234,6 +277,7 @@ const struct ib_device_ops mroce_verbs_ops = {
 	.destroy_cq = mroce_destroy_cq,
 	.create_qp = mroce_create_qp,
 	.modify_qp = mroce_modify_qp,
+	.query_qp = mroce_query_qp,
 	.destroy_qp = mroce_destroy_qp,
 	.post_send = mroce_post_send,
 	.post_recv = mroce_post_recv,

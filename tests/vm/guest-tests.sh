@@ -207,10 +207,11 @@ has_qp() { [ "$(res_count "$1" qp)" -ge 1 ] 2>/dev/null; }
 hold_qp() {
   local ns=$1 dev=$2 gid=$3 addr=$4
   PORT=$((PORT + 1))
-  in_ns $ns ib_write_bw -d $dev -x "$gid" -p $PORT -F -D 120 >/tmp/holder-server.$dev.log 2>&1 &
+  # ip netns exec directly, not in_ns: $! must be perftest's own PID.
+  ip netns exec $ns ib_write_bw -d $dev -x "$gid" -p $PORT -F -D 120 >/tmp/holder-server.$dev.log 2>&1 &
   LISTENER=$!
   wait_until 60 listening $ns $PORT || return 1
-  in_ns $ns ib_write_bw -d $dev -x "$gid" -p $PORT -F -D 120 $addr >/tmp/holder.$dev.log 2>&1 &
+  ip netns exec $ns ib_write_bw -d $dev -x "$gid" -p $PORT -F -D 120 $addr >/tmp/holder.$dev.log 2>&1 &
   HOLDER=$!
   wait_until 60 has_qp $dev
 }
@@ -236,9 +237,17 @@ ip link add mrc type veth peer name mrd
 ip link set mrc netns ns2
 in_ns ns2 ip addr add 10.0.2.1/24 dev mrc
 in_ns ns2 ip link set mrc up
+in_ns ns2 ip link set lo up  # both perftest ends run here
+ip link set mrd up  # carrier
 expect_ok "rdma link add mr2 type metaroce netdev mrc" in_ns ns2 rdma link add mr2 type metaroce netdev mrc
 wait_until 20 gid_index mr2 10.0.2.1
-if hold_qp ns2 mr2 "$(gid_index mr2 10.0.2.1)" 10.0.2.1; then ok "a process holds a context and a QP on mr2"; else not_ok "a process holds a context and a QP on mr2"; sed 's/^/#   /' /tmp/holder.mr2.log; fi
+GID_mr2=$(gid_index mr2 10.0.2.1)
+if hold_qp ns2 mr2 "$GID_mr2" 10.0.2.1; then
+  ok "a process holds a context and a QP on mr2"
+else
+  not_ok "a process holds a context and a QP on mr2 (GID index '$GID_mr2')"
+  sed 's/^/#   client: /' /tmp/holder.mr2.log; sed 's/^/#   server: /' /tmp/holder-server.mr2.log; rdma resource show | sed 's/^/#   /'
+fi
 holder=$HOLDER
 if in_ns ns2 ip link del mrc && wait_until 30 no_dev mr2; then
   ok "deleting mrc (context and QP still open) removes mr2"
@@ -255,7 +264,12 @@ expect_ok "mr0 is gone" wait_until 10 no_dev mr0
 expect_fail "rdma link del of a missing device fails" "." rdma link del mr0
 # With disassociate_ucontext, uverbs holds no module reference for open
 # contexts: rmmod removes the devices under them and the process gets EIO.
-if hold_qp ns1 mr1 "$GID_mr1" 10.0.0.2; then ok "a process holds a context and a QP on mr1"; else not_ok "a process holds a context and a QP on mr1"; sed 's/^/#   /' /tmp/holder.mr1.log; fi
+if hold_qp ns1 mr1 "$GID_mr1" 10.0.0.2; then
+  ok "a process holds a context and a QP on mr1"
+else
+  not_ok "a process holds a context and a QP on mr1"
+  sed 's/^/#   client: /' /tmp/holder.mr1.log; sed 's/^/#   server: /' /tmp/holder-server.mr1.log
+fi
 busy=$HOLDER
 expect_ok "rmmod metaroce with mr1 registered and a context open" rmmod metaroce
 expect_ok "mr1 went with the module" no_dev mr1
@@ -269,7 +283,8 @@ expect_ok "rdma link del, rmmod" sh -c "rdma link del mr0 && rmmod metaroce"
 expect_ok "rdma link del rxe0" rdma link del rxe0
 
 # --- the kernel log -------------------------------------------------------------
-bad='WARNING:|BUG:|Oops|general protection|Call Trace|kmemleak|unreferenced object|refcount_t|use-after-free|list_del corruption|hung_task|INFO: task'
+# (metaroce itself reports port slots or devices left over at unload.)
+bad='WARNING:|BUG:|Oops|general protection|Call Trace|kmemleak|unreferenced object|refcount_t|use-after-free|list_del corruption|hung_task|INFO: task|still in use at unload|left at unload'
 if dmesg | grep -Eq "$bad"; then
   not_ok "kernel log is free of warnings, oopses and leak reports"
   dmesg | grep -E -B2 -A20 "$bad" | head -n 60 | sed 's/^/#   /'
