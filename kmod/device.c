@@ -25,6 +25,7 @@ static void mroce_dealloc_driver(struct ib_device *ib)
 	mutex_lock(&mroce_devices_lock);
 	list_del_init(&dev->node);
 	mutex_unlock(&mroce_devices_lock);
+	dev_put(dev->ndev);
 }
 
 static const struct ib_device_ops mroce_dev_ops = {
@@ -79,6 +80,10 @@ int mroce_newlink(const char *ibdev_name, struct net_device *ndev)
 	err = ib_device_set_netdev(&dev->ib, ndev, 1);
 	if (err)
 		goto free;
+	/* Our own reference, dropped in dealloc_driver: the core drops its
+	 * one while unregistering, before sysfs (whose port files call
+	 * query_port) is gone. */
+	dev_hold(ndev);
 
 	/* Claim the netdev before registering, so that two concurrent adds
 	 * on one netdev cannot both succeed. The lock is not held across
@@ -89,7 +94,7 @@ int mroce_newlink(const char *ibdev_name, struct net_device *ndev)
 		mutex_unlock(&mroce_devices_lock);
 		pr_info("metaroce: %s already has a metaroce device\n", netdev_name(ndev));
 		err = -EEXIST;
-		goto free;
+		goto put;
 	}
 	list_add_tail(&dev->node, &mroce_devices);
 	mutex_unlock(&mroce_devices_lock);
@@ -100,7 +105,7 @@ int mroce_newlink(const char *ibdev_name, struct net_device *ndev)
 		list_del_init(&dev->node);
 		mutex_unlock(&mroce_devices_lock);
 		pr_info("metaroce: registering %s on %s failed: %d\n", ibdev_name, netdev_name(ndev), err);
-		goto free;
+		goto put;
 	}
 	/* The netdev may have started to go away while we registered: its
 	 * NETDEV_UNREGISTER could not yet queue our removal. */
@@ -109,6 +114,8 @@ int mroce_newlink(const char *ibdev_name, struct net_device *ndev)
 	pr_info("metaroce: %s on %s\n", ibdev_name, netdev_name(ndev));
 	return 0;
 
+put:
+	dev_put(ndev);
 free:
 	ib_dealloc_device(&dev->ib);
 	return err;

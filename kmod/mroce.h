@@ -29,8 +29,8 @@
 
 struct mroce_dev {
 	struct ib_device ib;
-	/* The RDMA core holds the reference (ib_device_set_netdev) and drops
-	 * it only while unregistering, after the last op call: valid in ops. */
+	/* Held (dev_hold) from newlink to dealloc_driver, so that ops called
+	 * while the device unregisters (sysfs port files) may read it. */
 	struct net_device *ndev;
 	struct list_head node;	/* mroce_devices, under mroce_devices_lock */
 };
