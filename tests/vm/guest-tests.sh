@@ -101,6 +101,19 @@ expect_ok "ibv_devinfo -d mr0: Ethernet port, active, metaroce firmware" sh -c \
    grep -q 'fw_ver:.*metaroce' $OUT.devinfo"
 sed 's/^/# /' "$OUT.devinfo"
 
+# Bad driver data straight to the character device: clear errnos, no oops.
+uverbs_of() { local d; for d in /sys/class/infiniband_verbs/uverbs*; do [ "$(cat "$d/ibdev")" = "$1" ] && { echo "/dev/infiniband/${d##*/}"; return 0; }; done; return 1; }
+if [ -x "$MROCE_STAGE/bin/uverbs_abi_probe" ]; then
+  if out=$("$MROCE_STAGE/bin/uverbs_abi_probe" "$(uverbs_of mr0)" 2>&1); then :; fi
+  while IFS= read -r line; do
+    case $line in
+      "ok - "*) ok "${line#ok - }" ;;
+      "not ok - "*) not_ok "${line#not ok - }" ;;
+      *) echo "# $line" ;;
+    esac
+  done <<<"$out"
+fi
+
 # The GID index of a device's IPv4 address (RoCE v2), from sysfs.
 gid_index() {  # gid_index DEV IPV4
   local dev=$1 ip=$2 f i want

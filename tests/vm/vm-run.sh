@@ -5,7 +5,7 @@
 # overlay, runs a guest test script and exits with its status.
 #
 #   vm-run.sh --ko PATH/metaroce.ko --provider PATH/libmetaroce-rdmav34.so
-#             --work DIR --test GUEST_SCRIPT [--timeout SECONDS]
+#             --work DIR --test GUEST_SCRIPT [--probe PATH] [--timeout SECONDS]
 #
 # Exit 0 only when the guest printed "METAROCE-VM-RESULT: PASS" and wrote 0
 # to qemu's isa-debug-exit device; a timeout, a panic, a reboot or anything
@@ -13,13 +13,14 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-ko= provider= work= test= timeout=720
+ko= provider= work= test= probe= timeout=720
 while [ $# -gt 0 ]; do
   case $1 in
     --ko) ko=$2; shift 2 ;;
     --provider) provider=$2; shift 2 ;;
     --work) work=$2; shift 2 ;;
     --test) test=$2; shift 2 ;;
+    --probe) probe=$2; shift 2 ;;
     --timeout) timeout=$2; shift 2 ;;
     *) echo "vm-run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -54,8 +55,9 @@ depmod -b "$stage" "$kver"
 grep -q '^alias rdma-link-metaroce metaroce$' "$mods/modules.alias" ||
   { echo "vm-run.sh: depmod did not record the rdma-link-metaroce alias" >&2; exit 1; }
 # What the guest installs into its overlay: the provider and its driver file.
-mkdir -p "$stage/provider"
+mkdir -p "$stage/provider" "$stage/bin"
 cp "$provider" "$stage/provider/"
+[ -z "$probe" ] || cp "$probe" "$stage/bin/"
 
 # --- initramfs: static busybox and the modules that mount the root.
 initrd=$work/initramfs
