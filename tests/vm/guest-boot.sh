@@ -8,7 +8,8 @@ export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t tmpfs tmpfs /run
-mount -t tmpfs tmpfs /tmp
+# /tmp stays the overlay's (writable): the host's build tree, the staged
+# modules and the test script may live under /tmp, as in a clean clone there.
 mkdir -p /dev/pts /dev/shm && mount -t devpts devpts /dev/pts && mount -t tmpfs tmpfs /dev/shm
 mkdir -p /var/run/netns
 ip link set lo up
