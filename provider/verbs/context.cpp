@@ -249,6 +249,8 @@ std::unique_ptr<io::Runtime> start_with_daemon(const Device& device, const Optio
     warn_once("no metaroced (" + why + "); choosing ports locally");
     return nullptr;
   }
+  const transport::CongestionConfig baseline = ro.endpoint.cc;
+  const double baseline_rate_hint = ro.endpoint.rate_hint_utilization;
   // A leased port can still be taken by a process that bypasses the daemon:
   // lease again (the daemon never hands out the same port twice in a row).
   for (int attempt = 0; attempt < 4; ++attempt) {
@@ -267,7 +269,7 @@ std::unique_ptr<io::Runtime> start_with_daemon(const Device& device, const Optio
     if (lease->policy.rate_hint_utilization) ro.endpoint.rate_hint_utilization = *lease->policy.rate_hint_utilization;
     std::unique_ptr<io::Runtime> runtime = io::Runtime::create(ro, why);
     if (runtime) {
-      daemon->attach(runtime.get(), device.name, lease->stats_interval_ms);
+      daemon->attach(runtime.get(), device.name, lease->stats_interval_ms, baseline, baseline_rate_hint);
       return runtime;
     }
     if (why.find("in use") == std::string::npos) break;

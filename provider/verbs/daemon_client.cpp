@@ -54,12 +54,13 @@ std::optional<ctl::Message> receive(int fd, int timeout_ms, std::string& error) 
 
 }  // namespace
 
-void apply_policy(io::Runtime& runtime, const ctl::Policy& policy) {
+void apply_policy(io::Runtime& runtime, const ctl::Policy& policy, const transport::CongestionConfig& baseline,
+                  double baseline_rate_hint) {
+  transport::CongestionConfig cc = baseline;
+  ctl::apply_policy(policy, cc);
   runtime.with_engine([&](transport::Endpoint& e, transport::Time) {
-    transport::CongestionConfig cc = e.config().cc;
-    ctl::apply_policy(policy, cc);
     e.set_congestion(cc);
-    if (policy.rate_hint_utilization) e.set_rate_hint_utilization(*policy.rate_hint_utilization);
+    e.set_rate_hint_utilization(policy.rate_hint_utilization.value_or(baseline_rate_hint));
     return 0;
   });
 }
@@ -145,15 +146,20 @@ std::optional<DaemonLease> DaemonClient::lease(const std::string& address, uint1
   }
 }
 
-void DaemonClient::attach(io::Runtime* runtime, std::string device, uint32_t stats_interval_ms) {
+void DaemonClient::attach(io::Runtime* runtime, std::string device, uint32_t stats_interval_ms,
+                          const transport::CongestionConfig& baseline, double baseline_rate_hint) {
   runtime_ = runtime;
+  baseline_ = baseline;
+  baseline_rate_hint_ = baseline_rate_hint;
   device_ = std::move(device);
   stats_interval_ms_ = stats_interval_ms;
   if (pending_policy_) apply(*pending_policy_);
   thread_ = std::thread([this] { run(); });
 }
 
-void DaemonClient::apply(const ctl::Policy& policy) { apply_policy(*runtime_, policy); }
+void DaemonClient::apply(const ctl::Policy& policy) {
+  apply_policy(*runtime_, policy, baseline_, baseline_rate_hint_);
+}
 
 void DaemonClient::run() {
   pthread_setname_np(pthread_self(), "metaroce-ctl");

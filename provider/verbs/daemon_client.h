@@ -43,8 +43,11 @@ class DaemonClient {
                                    const std::string& dest, uint16_t dport, std::string& error);
 
   // Starts the thread that applies pushed policies to `runtime` and reports
-  // its counters. `runtime` must outlive this client.
-  void attach(io::Runtime* runtime, std::string device, uint32_t stats_interval_ms);
+  // its counters. `runtime` must outlive this client. A policy is applied on
+  // top of `baseline` (the context's own settings), so that a key removed
+  // from the daemon's config returns to the context's value.
+  void attach(io::Runtime* runtime, std::string device, uint32_t stats_interval_ms,
+              const transport::CongestionConfig& baseline, double baseline_rate_hint);
 
  private:
   explicit DaemonClient(int fd);
@@ -58,11 +61,14 @@ class DaemonClient {
   io::Runtime* runtime_ = nullptr;
   std::string device_;
   uint32_t stats_interval_ms_ = 0;
+  transport::CongestionConfig baseline_;
+  double baseline_rate_hint_ = 0;
   std::optional<ctl::Policy> pending_policy_;  // pushed before attach()
   std::thread thread_;
 };
 
-// Applies a daemon policy to the engine of a running runtime.
-void apply_policy(io::Runtime& runtime, const ctl::Policy& policy);
+// Applies a daemon policy, over `baseline`, to the engine of a running runtime.
+void apply_policy(io::Runtime& runtime, const ctl::Policy& policy, const transport::CongestionConfig& baseline,
+                  double baseline_rate_hint);
 
 }  // namespace metaroce::verbs

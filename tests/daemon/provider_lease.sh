@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+# The verbs provider and metaroced over loopback (no root): three provider
+# processes lease disjoint home ports and source-port blocks and really bind
+# them; kill -9 returns a process's lease; without a daemon a program gets
+# one warning however many contexts it opens, and still works.
+#
+# Environment (tests/daemon/meson.build): METAROCED, METAROCE_CLI, METAROCE_RUN.
+set -euo pipefail
+DAEMON=${METAROCED:?} CLI=${METAROCE_CLI:?} RUN=${METAROCE_RUN:?}
+fail() { echo "FAIL provider_lease: $*" >&2; exit 1; }
+pass() { echo "ok - $*"; }
+command -v ib_write_bw >/dev/null 2>&1 || { echo "SKIP provider_lease: perftest not installed"; exit 77; }
+command -v ss >/dev/null 2>&1 || { echo "SKIP provider_lease: ss (iproute2) not installed"; exit 77; }
+
+WORK=$(mktemp -d /tmp/metaroce-lease-test.XXXXXX)
+SOCK=$WORK/d.sock
+DPID=
+PIDS=()
+cleanup() {
+    local rc=$? p i
+    for p in ${PIDS[@]+"${PIDS[@]}"}; do kill -TERM "$p" 2>/dev/null || true; done
+    for p in ${PIDS[@]+"${PIDS[@]}"} $DPID; do
+        [[ $p == "$DPID" ]] && kill -TERM "$p" 2>/dev/null
+        for ((i = 0; i < 100; i++)); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
+        kill -KILL "$p" 2>/dev/null || true
+        wait "$p" 2>/dev/null || true
+    done
+    rm -rf "$WORK"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+printf '[ports]\nsource_first = 23000\nsource_count = 1280\n' >"$WORK/d.toml"
+"$DAEMON" --config "$WORK/d.toml" --socket "$SOCK" 2>"$WORK/daemon.log" &
+DPID=$!
+for ((i = 0; i < 200; i++)); do "$CLI" --socket "$SOCK" status >/dev/null 2>&1 && break; sleep 0.05; done
+"$CLI" --socket "$SOCK" status >/dev/null || fail "metaroced did not start: $(cat "$WORK/daemon.log")"
+
+leases() { "$CLI" --socket "$SOCK" --json status | python3 -c 'import json, sys; print(len(json.load(sys.stdin)["leases"]))'; }
+
+# Three ib_write_bw servers, each waiting for a client that never comes.
+for n in 0 1 2; do
+    METAROCE_DAEMON_SOCKET=$SOCK timeout 60 "$RUN" --dev mr0=lo ib_write_bw -d mr0 -x 0 -p $((19600 + n + RANDOM % 200 * 3)) \
+        >"$WORK/server$n" 2>&1 &
+    PIDS+=($!)
+done
+for ((i = 0; i < 200; i++)); do [[ $(leases) == 3 ]] && break; sleep 0.05; done
+[[ $(leases) == 3 ]] || fail "expected 3 leases, have $(leases): $(cat "$WORK"/server*)"
+"$CLI" --socket "$SOCK" --json status >"$WORK/status.json"
+python3 - "$WORK/status.json" <<'PY' || fail "leases overlap or are not bound as leased"
+import json, subprocess, sys
+s = json.load(open(sys.argv[1]))
+homes, ports = set(), set()
+bound = subprocess.run(["ss", "-uanpH"], capture_output=True, text=True).stdout
+for l in s["leases"]:
+    assert l["home_port"] not in homes, "home port leased twice"
+    homes.add(l["home_port"])
+    block = set(range(l["block_first"], l["block_first"] + l["block_size"]))
+    assert not (block & ports), "source ports leased twice"
+    ports |= block
+    # The provider process bound its home port and 4 ports of its block.
+    mine = [line for line in bound.splitlines() if f"pid={l['pid']}," in line]
+    local = {int(line.split()[3].rsplit(":", 1)[1]) for line in mine}
+    assert l["home_port"] in local, f"pid {l['pid']} did not bind home port {l['home_port']}: {local}"
+    assert len(local & block) == 4, f"pid {l['pid']} bound {sorted(local & block)} of its block"
+    assert not (local - block - {l["home_port"]}), f"pid {l['pid']} bound ports outside its lease: {local}"
+print("3 leases disjoint and bound as leased")
+PY
+pass "three provider processes: disjoint leases, each bound exactly its home port and 4 ports of its block"
+
+victim=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["leases"][1]["pid"])' "$WORK/status.json")
+kill -KILL "$victim"
+for ((i = 0; i < 200; i++)); do [[ $(leases) == 2 ]] && break; sleep 0.05; done
+[[ $(leases) == 2 ]] || fail "kill -9 of $victim did not release its lease"
+"$CLI" --socket "$SOCK" --json status | grep -q "\"pid\": $victim," && fail "lease of killed pid $victim still listed"
+pass "kill -9 of pid $victim returned its lease"
+
+# No daemon: one warning per process, and the program still works.
+out=$(METAROCE_DAEMON_SOCKET=$WORK/none.sock "$RUN" --dev mr0=lo --dev mr1=127.0.0.1 ibv_devinfo 2>&1) ||
+    fail "ibv_devinfo without a daemon failed: $out"
+warnings=$(grep -c "no metaroced" <<<"$out" || true)
+[[ $warnings == 1 ]] || fail "expected one warning without a daemon, got $warnings: $out"
+grep -q "hca_id:	mr1" <<<"$out" || fail "second device missing: $out"
+pass "without a daemon: one warning for two contexts, ports chosen locally"
+kill -0 "$DPID" || fail "metaroced died"
