@@ -129,6 +129,24 @@ discovery)
             done
         done
         pass "K=$K: $n paths in $ms ms, $ports source ports all mapped to the ECMP path (route and link counters agree)"
+        # Netlink: a route to the destination changes -> its table is probed
+        # again; a route elsewhere leaves it cached; a new link clears all.
+        cached() { "$CLI" --socket "$SOCK" --json paths "$dst" --from "$src" --dport "$dport" | json - 'd["cached"]'; }
+        wait_uncached() {
+            local i
+            for ((i = 0; i < 100; i++)); do [[ $(cached) == false ]] && return 0; sleep 0.05; done
+            return 1
+        }
+        [[ $(cached) == true ]] || fail "K=$K: a second request was not served from the cache"
+        ip -n "${PREFIX}-h0" route add 10.77.99.0/24 via "${src%.*}.1"
+        sleep 0.2  # nothing to wait for: the daemon must NOT react
+        [[ $(cached) == true ]] || fail "K=$K: a route to another prefix dropped the table"
+        ip -n "${PREFIX}-h0" route add "${dst%.*}.0/24" via "${src%.*}.1"
+        wait_uncached || fail "K=$K: a new route to $dst did not refresh its path table"
+        [[ $(cached) == true ]] || fail "K=$K: the refreshed table was not cached"
+        ip -n "${PREFIX}-h0" link add mrdd-a type veth peer name mrdd-b
+        wait_uncached || fail "K=$K: a new link did not refresh the path tables"
+        pass "K=$K: netlink: route to the destination and link changes refresh its path table, other routes do not"
         kill -0 "$DPID" || fail "metaroced died"
         stop_daemon
         fab down >/dev/null
