@@ -20,6 +20,10 @@ namespace {
 constexpr uint8_t kMagic[4] = {'M', 'R', 'P', 'D'};
 constexpr uint8_t kIcmpTimeExceeded = 11;
 constexpr uint8_t kIcmpDestUnreachable = 3;
+// A destination that listens on the probed port never answers; once every
+// port has met the same number of routers and nothing new has come for this
+// long, the routers beyond have been heard from.
+constexpr auto kQuietPeriod = std::chrono::milliseconds(30);
 
 struct Prober {
   int fd = -1;
@@ -32,6 +36,15 @@ struct Prober {
   Prober() = default;
   Prober(Prober&& o) noexcept : fd(o.fd), port(o.port), hops(std::move(o.hops)), dest_ttl(o.dest_ttl) { o.fd = -1; }
   Prober& operator=(Prober&&) = delete;
+
+  // Answered TTLs form 1..n with nothing beyond: n, else 0.
+  uint32_t answered_prefix() const {
+    uint32_t n = 0;
+    while (n < hops.size() && !hops[n].empty()) ++n;
+    for (uint32_t t = n; t < hops.size(); ++t)
+      if (!hops[t].empty()) return 0;
+    return n;
+  }
 
   bool complete() const {
     if (dest_ttl == 0) return false;
@@ -157,18 +170,26 @@ bool discover(const std::string& dest, uint16_t dport, const std::string& source
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(config.timeout_ms);
   std::vector<pollfd> fds(probers.size());
   for (size_t i = 0; i < probers.size(); ++i) fds[i] = {probers[i].fd, 0, 0};
+  auto last_answer = std::chrono::steady_clock::now();
   for (;;) {
     bool all = true;
     for (const Prober& p : probers) all = all && p.complete();
     if (all) break;
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) break;
-    const int wait_ms = static_cast<int>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count()) + 1;
+    const uint32_t prefix = probers.front().answered_prefix();
+    bool settled = prefix > 0;
+    for (const Prober& p : probers) settled = settled && !p.dest_ttl && p.answered_prefix() == prefix;
+    if (settled && now - last_answer >= kQuietPeriod) break;
+    auto until = deadline;
+    if (settled) until = std::min(deadline, last_answer + kQuietPeriod);
+    const int wait_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count()) + 1;
     const int ready = ::poll(fds.data(), fds.size(), wait_ms);
     if (ready < 0 && errno != EINTR) break;
+    const uint32_t before = out.answers;
     for (size_t i = 0; i < fds.size(); ++i)
       if (fds[i].revents & POLLERR) drain_errors(probers[i], dst, out.answers);
+    if (out.answers != before) last_answer = std::chrono::steady_clock::now();
   }
 
   // The routers before the destination: as far as the nearest answer from it

@@ -250,7 +250,7 @@ nlohmann::json Server::lease(Client& c, const nlohmann::json& body) {
   const std::string traffic_class = body.value("class", "default");
   if (!config_.classes.count(traffic_class))
     return ctl::make_error("unknown traffic class '" + traffic_class + "'");
-  const uint32_t want = body["paths"].get<uint32_t>();
+  const uint32_t want = body.value("paths", uint32_t{config_.ports.paths_per_connection});
   if (want > config_.ports.block_size)
     return ctl::make_error("paths " + std::to_string(want) + " exceeds the block size " +
                            std::to_string(config_.ports.block_size));

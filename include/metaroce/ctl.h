@@ -12,8 +12,9 @@
 // peer can add optional fields without a version bump.
 //
 //   client -> daemon                         daemon -> client
-//   lease  {pid, address, paths,             lease_ok {home_port, source_ports[],
+//   lease  {pid, address, paths?,            lease_ok {home_port, source_ports[],
 //           class?, dest?, dport?}                     policy, stats_interval_ms}
+//   (without paths, the daemon's paths_per_connection)
 //   report {home_port, device?, counters{},  (none)
 //           connections[]}
 //   status | stats | reload                  status | stats | ok
@@ -195,7 +196,7 @@ inline bool validate(Type type, const nlohmann::json& body, std::string& error) 
     case Type::Lease:
       return get_uint(body, "pid", 1, INT32_MAX, true, u, error) &&
              get_string(body, "address", 64, true, error) &&
-             get_uint(body, "paths", 1, kMaxPaths, true, u, error) &&
+             get_uint(body, "paths", 1, kMaxPaths, false, u, error) &&
              get_string(body, "class", 64, false, error) && get_string(body, "dest", 64, false, error) &&
              get_uint(body, "dport", 1, 65535, false, u, error);
     case Type::LeaseOk: {

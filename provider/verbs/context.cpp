@@ -52,6 +52,7 @@ const verbs_context_ops kContextOps = [] {
 
 struct Options {
   uint16_t paths = 4;
+  bool paths_explicit = false;  // set by METAROCE_PATHS or the dv options, else metaroced's choice
   uint32_t mtu = 4096;
   transport::Profile profile = transport::Profile::MetaRoCE;
   double test_loss = 0;
@@ -108,6 +109,7 @@ bool options_from_env(Options& o) {
   if (const char* s = std::getenv("METAROCE_PATHS")) {
     if (!parse_unsigned(s, 1, 64, v)) return bad_env("METAROCE_PATHS", s);
     o.paths = static_cast<uint16_t>(v);
+    o.paths_explicit = true;
   }
   if (const char* s = std::getenv("METAROCE_MTU")) {
     if (!parse_unsigned(s, 256, 65000, v)) return bad_env("METAROCE_MTU", s);
@@ -179,6 +181,7 @@ bool apply_dv_options(Options& o, const metaroce_dv_options* dv) {
   if (dv->comp_mask & METAROCE_DV_OPT_PATHS) {
     if (dv->paths < 1 || dv->paths > 64) return false;
     o.paths = static_cast<uint16_t>(dv->paths);
+    o.paths_explicit = true;
   }
   if (dv->comp_mask & METAROCE_DV_OPT_MTU) {
     if (dv->mtu < 256 || dv->mtu > 65000) return false;
@@ -254,8 +257,8 @@ std::unique_ptr<io::Runtime> start_with_daemon(const Device& device, const Optio
   // A leased port can still be taken by a process that bypasses the daemon:
   // lease again (the daemon never hands out the same port twice in a row).
   for (int attempt = 0; attempt < 4; ++attempt) {
-    std::optional<DaemonLease> lease =
-        daemon->lease(device.address_text, ro.endpoint.paths, o.traffic_class, o.daemon_peer, o.daemon_peer_port, why);
+    std::optional<DaemonLease> lease = daemon->lease(device.address_text, o.paths_explicit ? o.paths : 0,
+                                                     o.traffic_class, o.daemon_peer, o.daemon_peer_port, why);
     if (!lease) break;
     if (lease->home_port < kHomePortBase || lease->home_port >= kHomePortBase + kHomePortCount) {
       why = "leased home port " + std::to_string(lease->home_port) + " is outside [4792, 8888)";
@@ -265,6 +268,7 @@ std::unique_ptr<io::Runtime> start_with_daemon(const Device& device, const Optio
     ro.endpoint.qpn_base = qpn_base_for_port(ro.home_port);
     ro.test_seed = o.test_seed ? o.test_seed : 0x9e3779b97f4a7c15ull ^ ro.home_port;
     ro.path_source_ports = lease->source_ports;
+    if (!o.paths_explicit) ro.endpoint.paths = static_cast<uint16_t>(lease->source_ports.size());
     ctl::apply_policy(lease->policy, ro.endpoint.cc);
     if (lease->policy.rate_hint_utilization) ro.endpoint.rate_hint_utilization = *lease->policy.rate_hint_utilization;
     std::unique_ptr<io::Runtime> runtime = io::Runtime::create(ro, why);
@@ -435,6 +439,9 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
     return nullptr;
   }
   impl->home_port = impl->runtime->home_port();
+  // metaroced may have chosen the number of paths.
+  if (o.profile != transport::Profile::RoCEv2)
+    impl->paths = impl->runtime->with_engine([](transport::Endpoint& e, transport::Time) { return e.config().paths; });
   if (dev->kernel) {
     // The kernel's async event file stays the context's async_fd.
     ::close(fds[0]);

@@ -107,7 +107,7 @@ std::optional<DaemonLease> DaemonClient::lease(const std::string& address, uint1
   nlohmann::json req = ctl::make(ctl::Type::Lease);
   req["pid"] = ::getpid();
   req["address"] = address;
-  req["paths"] = paths;
+  if (paths) req["paths"] = paths;
   if (!traffic_class.empty()) req["class"] = traffic_class;
   if (!dest.empty()) req["dest"] = dest;
   if (dport) req["dport"] = dport;
@@ -137,7 +137,7 @@ std::optional<DaemonLease> DaemonClient::lease(const std::string& address, uint1
     l.stats_interval_ms = m->body["stats_interval_ms"].get<uint32_t>();
     l.spread = m->body.value("spread", "");
     if (!ctl::policy_from_json(m->body["policy"], l.policy, error)) return std::nullopt;
-    if (l.source_ports.size() < paths) {
+    if (l.source_ports.size() < std::max<size_t>(paths, 1) || l.source_ports.size() > ctl::kMaxPaths) {
       error = "metaroced leased " + std::to_string(l.source_ports.size()) + " source ports for " +
               std::to_string(paths) + " paths";
       return std::nullopt;

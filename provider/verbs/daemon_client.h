@@ -36,7 +36,8 @@ class DaemonClient {
   static std::unique_ptr<DaemonClient> connect(std::string& why);
   ~DaemonClient();  // stops the thread; closing the socket ends the leases
 
-  // Asks for a home port and `paths` source ports for a context on `address`.
+  // Asks for a home port and `paths` source ports (0: as many as the daemon
+  // is configured to give) for a context on `address`.
   // `dest`/`dport` (optional) name the peer so that the daemon can choose
   // ports that cover the paths to it.
   std::optional<DaemonLease> lease(const std::string& address, uint16_t paths, const std::string& traffic_class,

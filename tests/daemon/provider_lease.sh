@@ -32,7 +32,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-printf '[ports]\nsource_first = 23000\nsource_count = 1280\n' >"$WORK/d.toml"
+# 3 paths a context: the provider takes the daemon's number when the user sets none.
+printf '[ports]\nsource_first = 23000\nsource_count = 1280\npaths_per_connection = 3\n' >"$WORK/d.toml"
 "$DAEMON" --config "$WORK/d.toml" --socket "$SOCK" 2>"$WORK/daemon.log" &
 DPID=$!
 for ((i = 0; i < 200; i++)); do "$CLI" --socket "$SOCK" status >/dev/null 2>&1 && break; sleep 0.05; done
@@ -60,15 +61,15 @@ for l in s["leases"]:
     block = set(range(l["block_first"], l["block_first"] + l["block_size"]))
     assert not (block & ports), "source ports leased twice"
     ports |= block
-    # The provider process bound its home port and 4 ports of its block.
+    # The provider process bound its home port and 3 ports of its block.
     mine = [line for line in bound.splitlines() if f"pid={l['pid']}," in line]
     local = {int(line.split()[3].rsplit(":", 1)[1]) for line in mine}
     assert l["home_port"] in local, f"pid {l['pid']} did not bind home port {l['home_port']}: {local}"
-    assert len(local & block) == 4, f"pid {l['pid']} bound {sorted(local & block)} of its block"
+    assert len(local & block) == 3, f"pid {l['pid']} bound {sorted(local & block)} of its block"
     assert not (local - block - {l["home_port"]}), f"pid {l['pid']} bound ports outside its lease: {local}"
 print("3 leases disjoint and bound as leased")
 PY
-pass "three provider processes: disjoint leases, each bound exactly its home port and 4 ports of its block"
+pass "three provider processes: disjoint leases, each bound exactly its home port and the 3 ports (paths_per_connection) of its block"
 
 victim=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["leases"][1]["pid"])' "$WORK/status.json")
 kill -KILL "$victim"

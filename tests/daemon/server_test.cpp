@@ -330,6 +330,21 @@ block_size = 64
   EXPECT_TRUE(d.alive());
 }
 
+TEST(Metaroced, ALeaseWithoutPathsGetsTheConfiguredNumber) {
+  std::string config = kConfig;
+  config.replace(config.find("block_size = 64"), 15, "block_size = 64\npaths_per_connection = 6");
+  Daemon d(config);
+  const int fd = connect_to(d.socket());
+  ASSERT_GE(fd, 0);
+  json req = lease_request(::getpid());
+  req.erase("paths");
+  ASSERT_TRUE(send_raw(fd, ctl::encode(req)));
+  auto m = receive(fd);
+  ASSERT_TRUE(m && m->type == ctl::Type::LeaseOk);
+  EXPECT_EQ(m->body["source_ports"].size(), 6u);
+  ::close(fd);
+}
+
 TEST(Metaroced, ReloadPushesPoliciesAndABadConfigKeepsTheRunningOne) {
   Daemon d(kConfig);
   const int provider = connect_to(d.socket());
