@@ -71,6 +71,25 @@ print("3 leases disjoint and bound as leased")
 PY
 pass "three provider processes: disjoint leases, each bound exactly its home port and the 3 ports (paths_per_connection) of its block"
 
+# The tables say the same as the JSON.
+table=$("$CLI" --socket "$SOCK" status)
+for pid in $(python3 -c 'import json, sys; print(" ".join(str(l["pid"]) for l in json.load(open(sys.argv[1]))["leases"]))' "$WORK/status.json"); do
+    grep -qE "^$pid +[0-9]+ +default +[0-9]+ +[0-9]+-[0-9]+$" <<<"$table" || fail "status table lacks pid $pid: $table"
+done
+for ((i = 0; i < 100; i++)); do [[ $("$CLI" --socket "$SOCK" --json stats | python3 -c 'import json, sys; print(len(json.load(sys.stdin)["contexts"]))') == 3 ]] && break; sleep 0.05; done
+stats=$("$CLI" --socket "$SOCK" stats)
+[[ $(grep -cE "^[0-9]+ +mr0 +[0-9]+ " <<<"$stats") == 3 ]] || fail "stats table does not list the 3 contexts: $stats"
+# Bad command lines: a message and a nonzero status, never a crash.
+for args in "paths 999.1.1.1" "" "config" "status --bogus" "paths 10.0.0.1 --dport 0"; do
+    set +e; out=$("$CLI" --socket "$SOCK" $args 2>&1); rc=$?; set -e
+    ((rc != 0 && rc < 128)) || fail "metaroce $args: exit $rc"
+    [[ -n $out ]] || fail "metaroce $args: no message"
+done
+set +e; out=$("$CLI" --socket "$WORK/none.sock" status 2>&1); rc=$?; set -e
+[[ $rc == 1 && $out == "metaroce: cannot reach metaroced at $WORK/none.sock: No such file or directory" ]] ||
+    fail "no daemon: exit $rc, '$out'"
+pass "metaroce status/stats tables list the leases and contexts; bad command lines get a message"
+
 victim=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["leases"][1]["pid"])' "$WORK/status.json")
 kill -KILL "$victim"
 for ((i = 0; i < 200; i++)); do [[ $(leases) == 2 ]] && break; sleep 0.05; done
