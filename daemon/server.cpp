@@ -284,8 +284,10 @@ nlohmann::json Server::lease(Client& c, const nlohmann::json& body) {
   c.provider = true;
   c.traffic_class = traffic_class;
   c.home_ports.push_back(l->home_port);
-  spdlog::info("pid {} uid {}: home port {}, source ports {}..{} ({}), class {}", c.cred.pid, c.cred.uid,
-               l->home_port, l->block_first, l->block_first + l->block_size - 1, spread, traffic_class);
+  std::string used;
+  for (uint16_t p : ports) used += (used.empty() ? "" : ",") + std::to_string(p);
+  spdlog::info("pid {} uid {}: home port {}, source ports {}..{} ({}; using {}), class {}", c.cred.pid, c.cred.uid,
+               l->home_port, l->block_first, l->block_first + l->block_size - 1, spread, used, traffic_class);
   nlohmann::json r = ctl::make(ctl::Type::LeaseOk);
   r["home_port"] = l->home_port;
   r["source_ports"] = ports;

@@ -175,9 +175,22 @@ spread)
             unset "PIDS[-1]"
             after=$(offered_l2r)
             read -r r deltas < <(ratio "$before" "$after")
-            grep -q "source ports .*($( [[ $mode == discovered ]] && echo "discovered $K paths" || echo hash))" "$WORK/daemon.log" ||
-                fail "K=$K $mode: the lease was not $mode: $(tail -2 "$WORK/daemon.log")"
+            lease=$(grep "source ports .*($( [[ $mode == discovered ]] && echo "discovered $K paths" || echo hash);" "$WORK/daemon.log" | tail -1)
+            [[ -n $lease ]] || fail "K=$K $mode: the lease was not $mode: $(tail -2 "$WORK/daemon.log")"
             if [[ $mode == discovered ]]; then
+                # The leased ports cover the K paths equally (4 ports: 1 or 2 a path),
+                # as the fabric's ECMP maps them.
+                [[ $lease =~ using\ ([0-9,]+) ]] || fail "no ports in '$lease'"
+                declare -A per_path=()
+                for sport in ${BASH_REMATCH[1]//,/ }; do
+                    k=$(fab path h0 h1 --sport "$sport" --dport 4792)
+                    per_path[$k]=$(( ${per_path[$k]:-0} + 1 ))
+                done
+                ((${#per_path[@]} == K)) || fail "K=$K: leased ports ${BASH_REMATCH[1]} cover ${#per_path[@]} paths"
+                for k in "${!per_path[@]}"; do
+                    ((per_path[$k] == 4 / K)) || fail "K=$K: path p$k has ${per_path[$k]} of the leased ports"
+                done
+                unset per_path
                 between "$r" 0 1.25 || fail "K=$K: busiest path carried $r x the average (per-link packets: $deltas)"
                 pass "K=$K with discovery: busiest/average = $r (per-link packets $deltas)"
             else
