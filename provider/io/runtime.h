@@ -36,11 +36,11 @@ struct RuntimeOptions {
   uint16_t home_port_count = 4096;
   // Paths (source ports). Each path socket binds an ephemeral port chosen by
   // the kernel, so concurrent processes never collide.
-  transport::EndpointConfig endpoint;
+  transport::EndpointConfig endpoint;  // endpoint.paths, mtu, timers; home_port is filled in
   // Added for metaroced: when not empty, path i binds path_source_ports[i]
   // (leased from the daemon, so that contexts never collide and discovery can
   // choose ports that cover the fabric's paths); needs at least `paths` ports.
-  std::vector<uint16_t> path_source_ports;  // endpoint.paths, mtu, timers; home_port is filled in
+  std::vector<uint16_t> path_source_ports;
   bool allow_io_uring = true;          // false: force the sendmmsg/recvmmsg fallback
   bool use_gso = true;                 // UDP_SEGMENT on send where supported
   bool use_gro = true;                 // UDP_GRO on receive where supported

@@ -62,13 +62,6 @@ size_t Endpoint::active_senders(Time now) const {
   return count;
 }
 
-std::vector<PeerId> Endpoint::connected_peers() const {
-  std::vector<PeerId> peers;
-  peers.reserve(connections_.size());
-  for (const auto& [peer, connection] : connections_) peers.push_back(peer);
-  return peers;
-}
-
 void Endpoint::set_congestion(const CongestionConfig& cc) {
   config_.cc = cc;
   const CongestionParams params = congestion_params();

@@ -104,9 +104,7 @@ class Endpoint {
   std::vector<PeerId> peers() const;  // every peer with a connection
   // Applies new congestion parameters to running connections.
   void set_congestion(const CongestionConfig& cc);
-  // Added for metaroced: the peers with a connection (for per-connection
-  // statistics), and the receiver rate hint's share, applied from the next ACK.
-  std::vector<PeerId> connected_peers() const;
+  // Added for metaroced: the receiver rate hint's share, applied from the next ACK.
   void set_rate_hint_utilization(double utilization) { config_.rate_hint_utilization = utilization; }
 
   // Configuration with defaults resolved.

@@ -209,7 +209,7 @@ void DaemonClient::report() {
                 {"tx_acks", c.tx_acks},                 {"rto_expirations", c.rto_expirations},
                 {"path_failures", c.path_failures},     {"path_recoveries", c.path_recoveries},
                 {"placed_bytes", c.placed_bytes}};
-    for (transport::PeerId peer : e.connected_peers()) {
+    for (transport::PeerId peer : e.peers()) {
       conns.emplace_back(peer, e.path_snapshots(peer));
       if (conns.size() >= 64) break;  // keeps a report well inside kMaxMessageBytes
     }
