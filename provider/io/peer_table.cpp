@@ -72,6 +72,13 @@ transport::PeerId PeerTable::get_or_add(const sockaddr_storage& address) {
   return static_cast<transport::PeerId>(entries_.size());
 }
 
+bool PeerTable::destination_of(transport::PeerId peer, sockaddr_storage& address) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (peer == 0 || peer > entries_.size()) return false;
+  address = entries_[peer - 1].destination;
+  return true;
+}
+
 void PeerTable::refresh(View& view) const {
   if (version_.load(std::memory_order_acquire) == view.version_) return;
   std::lock_guard<std::mutex> lock(mutex_);

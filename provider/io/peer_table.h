@@ -66,6 +66,9 @@ class PeerTable {
     mutable PeerKey last_key_{};
     mutable transport::PeerId last_peer_ = 0;
   };
+  // Thread-safe. The destination `peer` was added with; false when unknown.
+  bool destination_of(transport::PeerId peer, sockaddr_storage& address) const;
+
   // Brings `view` up to date (cheap when nothing changed).
   void refresh(View& view) const;
 

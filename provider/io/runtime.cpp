@@ -108,6 +108,12 @@ class RuntimeImpl final : public Runtime {
   }
 
   RuntimeStats stats() const override;
+  std::vector<uint16_t> path_source_ports() const override { return path_ports_; }
+  std::optional<sockaddr_storage> peer_address(transport::PeerId peer) const override {
+    sockaddr_storage a{};
+    if (!peers_->destination_of(peer, a)) return std::nullopt;
+    return a;
+  }
 
  protected:
   transport::Endpoint& engine() override { return *engine_; }
@@ -147,6 +153,7 @@ class RuntimeImpl final : public Runtime {
   const RuntimeOptions options_;
   Fd home_;
   std::vector<Fd> paths_;
+  std::vector<uint16_t> path_ports_;
   Fd event_fd_;
   sockaddr_storage local_{};
   uint16_t home_port_ = 0;
@@ -213,15 +220,26 @@ bool RuntimeImpl::start(std::string& error) {
   path_count_ = std::max<uint16_t>(engine_->config().paths, 1);
   max_datagram_ = engine_->max_datagram_bytes();
 
-  sockaddr_storage path_address{};
-  make_address(options_.local_address, 0, path_address);
+  if (!options_.path_source_ports.empty() && options_.path_source_ports.size() < path_count_) {
+    error = "path_source_ports holds " + std::to_string(options_.path_source_ports.size()) + " ports for " +
+            std::to_string(path_count_) + " paths";
+    return false;
+  }
   for (uint16_t i = 0; i < path_count_; ++i) {
+    const uint16_t port = options_.path_source_ports.empty() ? 0 : options_.path_source_ports[i];
+    sockaddr_storage path_address{};
+    make_address(options_.local_address, port, path_address);
     int bind_errno = 0;
     Fd fd = open_udp_socket(path_address, options_.socket_buffer_bytes, error, bind_errno);
     if (!fd.valid()) {
       error = "path socket: " + error;
       return false;
     }
+    sockaddr_storage bound{};
+    socklen_t len = sizeof bound;
+    ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &len);
+    path_ports_.push_back(ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6&>(bound).sin6_port
+                                                            : reinterpret_cast<sockaddr_in&>(bound).sin_port));
     paths_.push_back(std::move(fd));
   }
   gro_ = options_.use_gro && enable_udp_gro(home_.get());

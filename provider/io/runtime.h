@@ -19,7 +19,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "endpoint.h"
 
@@ -35,6 +37,10 @@ struct RuntimeOptions {
   // Paths (source ports). Each path socket binds an ephemeral port chosen by
   // the kernel, so concurrent processes never collide.
   transport::EndpointConfig endpoint;  // endpoint.paths, mtu, timers; home_port is filled in
+  // Added for metaroced: when not empty, path i binds path_source_ports[i]
+  // (leased from the daemon, so that contexts never collide and discovery can
+  // choose ports that cover the fabric's paths); needs at least `paths` ports.
+  std::vector<uint16_t> path_source_ports;
   bool allow_io_uring = true;          // false: force the sendmmsg/recvmmsg fallback
   bool use_gso = true;                 // UDP_SEGMENT on send where supported
   bool use_gro = true;                 // UDP_GRO on receive where supported
@@ -102,6 +108,10 @@ class Runtime {
   virtual void set_completion_listener(std::function<void(uint32_t cq)> listener) = 0;
 
   virtual RuntimeStats stats() const = 0;
+  // Added for metaroced's statistics: the source port of each path socket,
+  // and the address (IP + home port) a peer id stands for.
+  virtual std::vector<uint16_t> path_source_ports() const { return {}; }
+  virtual std::optional<sockaddr_storage> peer_address(transport::PeerId) const { return std::nullopt; }
   // CLOCK_MONOTONIC in nanoseconds.
   static transport::Time now();
 

@@ -104,6 +104,8 @@ class Endpoint {
   std::vector<PeerId> peers() const;  // every peer with a connection
   // Applies new congestion parameters to running connections.
   void set_congestion(const CongestionConfig& cc);
+  // Added for metaroced: the receiver rate hint's share, applied from the next ACK.
+  void set_rate_hint_utilization(double utilization) { config_.rate_hint_utilization = utilization; }
 
   // Configuration with defaults resolved.
   CongestionParams congestion_params() const;

@@ -17,6 +17,7 @@
 #include <strings.h>
 
 #include "metaroce/abi.h"
+#include "daemon_client.h"
 #include "provider.h"
 
 namespace metaroce::verbs {
@@ -51,6 +52,7 @@ const verbs_context_ops kContextOps = [] {
 
 struct Options {
   uint16_t paths = 4;
+  bool paths_explicit = false;  // set by METAROCE_PATHS or the dv options, else metaroced's choice
   uint32_t mtu = 4096;
   transport::Profile profile = transport::Profile::MetaRoCE;
   double test_loss = 0;
@@ -78,6 +80,12 @@ struct Options {
   // 100 Gb/s on a slower link fills socket buffers with milliseconds of
   // queue, longer than the RTO.
   uint64_t link_bps = 0;
+  // metaroced: whether to ask it for ports and policy, the traffic class,
+  // and the peer (IP[:home port]) it may discover paths to.
+  bool use_daemon = true;
+  std::string traffic_class;
+  std::string daemon_peer;
+  uint16_t daemon_peer_port = 0;
 };
 
 bool parse_unsigned(const char* text, unsigned long min, unsigned long max, unsigned long& out) {
@@ -101,6 +109,7 @@ bool options_from_env(Options& o) {
   if (const char* s = std::getenv("METAROCE_PATHS")) {
     if (!parse_unsigned(s, 1, 64, v)) return bad_env("METAROCE_PATHS", s);
     o.paths = static_cast<uint16_t>(v);
+    o.paths_explicit = true;
   }
   if (const char* s = std::getenv("METAROCE_MTU")) {
     if (!parse_unsigned(s, 256, 65000, v)) return bad_env("METAROCE_MTU", s);
@@ -142,6 +151,21 @@ bool options_from_env(Options& o) {
     if (!parse_unsigned(s, 1, 10'000'000, v)) return bad_env("METAROCE_LINK_MBPS", s);
     o.link_bps = uint64_t{v} * 1'000'000;
   }
+  if (const char* s = std::getenv("METAROCE_DAEMON")) o.use_daemon = std::strcmp(s, "0") != 0;
+  if (const char* s = std::getenv("METAROCE_TRAFFIC_CLASS")) {
+    if (!*s || std::strlen(s) > 64) return bad_env("METAROCE_TRAFFIC_CLASS", s);
+    o.traffic_class = s;
+  }
+  if (const char* s = std::getenv("METAROCE_DAEMON_PEER")) {
+    const std::string text = s;
+    const size_t colon = text.find(':');
+    o.daemon_peer = text.substr(0, colon);
+    if (colon != std::string::npos) {
+      if (!parse_unsigned(text.c_str() + colon + 1, 1, 65535, v)) return bad_env("METAROCE_DAEMON_PEER", s);
+      o.daemon_peer_port = static_cast<uint16_t>(v);
+    }
+    if (o.daemon_peer.empty() || o.daemon_peer.size() > 64) return bad_env("METAROCE_DAEMON_PEER", s);
+  }
   if (const char* s = std::getenv("METAROCE_POLL_YIELD")) {
     if (!parse_unsigned(s, 0, 1'000'000'000, v)) return bad_env("METAROCE_POLL_YIELD", s);
     o.poll_yield_every = static_cast<uint32_t>(v);
@@ -157,6 +181,7 @@ bool apply_dv_options(Options& o, const metaroce_dv_options* dv) {
   if (dv->comp_mask & METAROCE_DV_OPT_PATHS) {
     if (dv->paths < 1 || dv->paths > 64) return false;
     o.paths = static_cast<uint16_t>(dv->paths);
+    o.paths_explicit = true;
   }
   if (dv->comp_mask & METAROCE_DV_OPT_MTU) {
     if (dv->mtu < 256 || dv->mtu > 65000) return false;
@@ -210,9 +235,58 @@ uint64_t netdev_speed_bps(uint32_t ifindex) {
   return ok && mbps > 0 ? uint64_t(mbps) * 1'000'000 : 0;
 }
 
+// One line per process, not per context: a program opening many contexts
+// without a daemon is told once.
+void warn_once(const std::string& message) {
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true)) std::fprintf(stderr, "metaroce: %s\n", message.c_str());
+}
+
+// Creates the runtime on the home port and source ports metaroced leases;
+// null (and `daemon` reset) when there is no daemon or its lease fails.
+std::unique_ptr<io::Runtime> start_with_daemon(const Device& device, const Options& o, io::RuntimeOptions ro,
+                                               std::unique_ptr<DaemonClient>& daemon) {
+  std::string why;
+  daemon = DaemonClient::connect(why);
+  if (!daemon) {
+    warn_once("no metaroced (" + why + "); choosing ports locally");
+    return nullptr;
+  }
+  const transport::CongestionConfig baseline = ro.endpoint.cc;
+  const double baseline_rate_hint = ro.endpoint.rate_hint_utilization;
+  // A leased port can still be taken by a process that bypasses the daemon:
+  // lease again (the daemon never hands out the same port twice in a row).
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    std::optional<DaemonLease> lease = daemon->lease(device.address_text, o.paths_explicit ? o.paths : 0,
+                                                     o.traffic_class, o.daemon_peer, o.daemon_peer_port, why);
+    if (!lease) break;
+    if (lease->home_port < kHomePortBase || lease->home_port >= kHomePortBase + kHomePortCount) {
+      why = "leased home port " + std::to_string(lease->home_port) + " is outside [4792, 8888)";
+      break;
+    }
+    ro.home_port = lease->home_port;
+    ro.endpoint.qpn_base = qpn_base_for_port(ro.home_port);
+    ro.test_seed = o.test_seed ? o.test_seed : 0x9e3779b97f4a7c15ull ^ ro.home_port;
+    ro.path_source_ports = lease->source_ports;
+    if (!o.paths_explicit) ro.endpoint.paths = static_cast<uint16_t>(lease->source_ports.size());
+    ctl::apply_policy(lease->policy, ro.endpoint.cc);
+    if (lease->policy.rate_hint_utilization) ro.endpoint.rate_hint_utilization = *lease->policy.rate_hint_utilization;
+    std::unique_ptr<io::Runtime> runtime = io::Runtime::create(ro, why);
+    if (runtime) {
+      daemon->attach(runtime.get(), device.name, lease->stats_interval_ms, baseline, baseline_rate_hint);
+      return runtime;
+    }
+    if (why.find("in use") == std::string::npos) break;
+  }
+  warn_once("metaroced lease failed (" + why + "); choosing ports locally");
+  daemon.reset();
+  return nullptr;
+}
+
 // Creates the runtime on the first free home port, with QP numbers that
 // encode it.
-std::unique_ptr<io::Runtime> start_runtime(const Device& device, const Options& o, std::string& error) {
+std::unique_ptr<io::Runtime> start_runtime(const Device& device, const Options& o,
+                                           std::unique_ptr<DaemonClient>& daemon, std::string& error) {
   io::RuntimeOptions ro;
   ro.local_address = device.address_text;
   ro.allow_io_uring = o.io_uring;
@@ -230,6 +304,10 @@ std::unique_ptr<io::Runtime> start_runtime(const Device& device, const Options& 
     // Every path can carry the whole link, and everything arrives through it.
     ro.endpoint.path_rate_bps = link;
     ro.endpoint.inbound_capacity_bps = link;
+  }
+  // An explicit home port is the caller's choice: no daemon then.
+  if (o.use_daemon && !o.home_port) {
+    if (std::unique_ptr<io::Runtime> runtime = start_with_daemon(device, o, ro, daemon)) return runtime;
   }
   const uint32_t first = o.home_port ? o.home_port : kHomePortBase;
   const uint32_t last = o.home_port ? o.home_port + 1 : kHomePortBase + kHomePortCount;
@@ -349,7 +427,7 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
   impl->poll_yield_every = o.poll_yield_every;
 
   std::string error;
-  impl->runtime = start_runtime(*dev, o, error);
+  impl->runtime = start_runtime(*dev, o, impl->daemon, error);
   int fds[2] = {-1, -1};
   if (!impl->runtime || ::pipe2(fds, O_CLOEXEC) != 0) {
     const int saved = impl->runtime ? errno : EADDRNOTAVAIL;
@@ -361,6 +439,9 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
     return nullptr;
   }
   impl->home_port = impl->runtime->home_port();
+  // metaroced may have chosen the number of paths.
+  if (o.profile != transport::Profile::RoCEv2)
+    impl->paths = impl->runtime->with_engine([](transport::Endpoint& e, transport::Time) { return e.config().paths; });
   if (dev->kernel) {
     // The kernel's async event file stays the context's async_fd.
     ::close(fds[0]);
@@ -432,6 +513,7 @@ void free_context(ibv_context* context) {
                                                 offsetof(verbs_context, context));
   Context* impl = alloc->impl;
   dump_stats(*impl);
+  impl->daemon.reset();   // its thread uses the runtime
   impl->runtime.reset();  // stops the progress thread first
   if (impl->async_write_fd >= 0) ::close(impl->async_write_fd);
   delete impl;

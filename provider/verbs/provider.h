@@ -85,6 +85,7 @@ Device* find_or_create_device(const char* name, const char* netdev_or_ip);
 // --- per-context objects --------------------------------------------------------
 
 struct Context;
+class DaemonClient;
 
 struct Pd {
   ibv_pd ibv{};
@@ -140,6 +141,9 @@ struct Context {
   Device* device = nullptr;
   verbs_context* vctx = nullptr;
   std::unique_ptr<io::Runtime> runtime;
+  // The link to metaroced (null without one); its thread uses `runtime`, so
+  // it is destroyed first.
+  std::unique_ptr<DaemonClient> daemon;
   uint16_t home_port = 0;
   uint32_t mtu = 4096;
   transport::Profile profile = transport::Profile::MetaRoCE;

@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//
+// metaroced's configuration (/etc/metaroce/metaroced.toml). Parsing is strict:
+// an unknown key, a wrong type or a value out of range is an error reported
+// with its line, so that a typo never silently falls back to a default.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "metaroce/ctl.h"
+
+namespace metaroce::daemon {
+
+struct PortsConfig {
+  uint16_t home_first = 4792;  // provider home ports; QP numbers encode (home - 4792)
+  uint16_t home_count = 4096;
+  uint16_t source_first = 20000;  // source-port pool, outside the kernel's ephemeral range
+  uint16_t source_count = 12288;
+  uint16_t block_size = 64;       // ports per lease; a context uses `paths` of them
+  uint16_t paths_per_connection = 4;
+};
+
+struct DiscoveryConfig {
+  bool enabled = true;
+  uint32_t interval_s = 60;   // re-probe a cached destination this often while it is used
+  uint32_t expiry_s = 300;    // forget a destination nobody asked for in this long
+  uint32_t probe_ports = 64;  // source ports probed per destination
+  uint32_t max_ttl = 8;
+  uint32_t timeout_ms = 300;  // wait this long for the last time-exceeded answer
+};
+
+struct Config {
+  std::string log_level = "info";
+  std::string socket_path = "/run/metaroce/metaroced.sock";
+  uint32_t stats_interval_ms = 1000;  // providers push counters this often
+  std::vector<std::string> planes;    // netdevs; empty = every non-loopback link
+  PortsConfig ports;
+  DiscoveryConfig discovery;
+  // Traffic class name -> policy; "default" always exists.
+  std::map<std::string, ctl::Policy> classes;
+};
+
+struct ConfigError {
+  uint32_t line = 0;  // 0 when the error has no position (e.g. unreadable file)
+  std::string message;
+};
+
+struct ConfigResult {
+  std::optional<Config> config;  // set when there are no errors
+  std::vector<ConfigError> errors;
+};
+
+// Parses TOML text; `source` names it in messages.
+ConfigResult parse_config(std::string_view text, std::string_view source = "config");
+ConfigResult load_config(const std::string& path);
+
+// "FILE:LINE: message" lines.
+std::string format_errors(const ConfigResult& result, std::string_view source);
+
+}  // namespace metaroce::daemon

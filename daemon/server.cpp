@@ -1,0 +1,442 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+#include "server.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include <spdlog/spdlog.h>
+
+namespace metaroce::daemon {
+namespace {
+
+// A client that sends this many undecodable messages is disconnected (it
+// is broken, and each one costs a log line).
+constexpr uint32_t kMaxBadMessages = 64;
+// Leases one connection may hold: a context retries when a leased port
+// turns out to be taken by a process outside the daemon's pool.
+constexpr size_t kMaxLeasesPerClient = 8;
+// Owner of the block a `paths` request probes from, for the probe's duration.
+constexpr uint64_t kProbeOwner = ~uint64_t{0};
+
+sockaddr_un unix_address(const std::string& path) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path, path.c_str(), std::min(path.size(), sizeof a.sun_path - 1));
+  return a;
+}
+
+}  // namespace
+
+Server::Server(Config config, std::string config_path)
+    : config_(std::move(config)), config_path_(std::move(config_path)) {}
+
+Server::~Server() {
+  for (auto& [id, c] : clients_) ::close(c.fd);
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  if (socket_created_) ::unlink(config_.socket_path.c_str());
+  if (signal_fd_ >= 0) ::close(signal_fd_);
+}
+
+bool Server::start(std::string& error) {
+  started_ = std::chrono::steady_clock::now();
+  allocator_ = std::make_unique<PortAllocator>(config_.ports);
+
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGHUP);
+  if (sigprocmask(SIG_BLOCK, &mask, nullptr) != 0 ||
+      (signal_fd_ = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK)) < 0) {
+    error = std::string("signalfd: ") + std::strerror(errno);
+    return false;
+  }
+  ::signal(SIGPIPE, SIG_IGN);
+
+  const std::string& path = config_.socket_path;
+  std::error_code ec;
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    error = "cannot create " + dir.string() + ": " + ec.message();
+    return false;
+  }
+  const sockaddr_un address = unix_address(path);
+  // A socket file that accepts connections belongs to a live daemon; one
+  // that refuses them is left over from a crash.
+  const int probe = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (probe >= 0) {
+    const bool live = ::connect(probe, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0;
+    ::close(probe);
+    if (live) {
+      error = "another metaroced is serving " + path;
+      return false;
+    }
+  }
+  ::unlink(path.c_str());
+  listen_fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (listen_fd_ < 0 || ::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+    error = "cannot bind " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  socket_created_ = true;
+  // Any local user may run a provider; what each may do is checked per
+  // request from its peer credentials.
+  ::chmod(path.c_str(), 0666);
+  if (::listen(listen_fd_, 64) != 0) {
+    error = std::string("listen: ") + std::strerror(errno);
+    return false;
+  }
+
+  std::string why;
+  netlink_ = Netlink::open([this](const NetChange& c) { on_net_change(c); }, why);
+  if (!netlink_) spdlog::warn("netlink unavailable, path tables will not follow route changes: {}", why);
+  spdlog::info("metaroced serving {} (home ports {}+{}, {} source-port blocks of {})", path,
+               config_.ports.home_first, config_.ports.home_count, allocator_->free_blocks(),
+               config_.ports.block_size);
+  return true;
+}
+
+int Server::run() {
+  for (;;) {
+    std::vector<pollfd> fds;
+    fds.push_back({signal_fd_, POLLIN, 0});
+    fds.push_back({listen_fd_, POLLIN, 0});
+    fds.push_back({netlink_ ? netlink_->fd() : -1, POLLIN, 0});
+    std::vector<uint64_t> ids;
+    for (const auto& [id, c] : clients_) {
+      fds.push_back({c.fd, POLLIN, 0});
+      ids.push_back(id);
+    }
+    const int n = ::poll(fds.data(), fds.size(), 1000);
+    if (n < 0 && errno != EINTR) {
+      spdlog::critical("poll: {}", std::strerror(errno));
+      return 1;
+    }
+    paths_.expire(std::chrono::steady_clock::now(), config_.discovery.expiry_s);
+    if (n <= 0) continue;
+    if (fds[0].revents & POLLIN) {
+      signalfd_siginfo info{};
+      while (::read(signal_fd_, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+        if (info.ssi_signo == SIGHUP) {
+          std::string error;
+          if (!reload_config(error)) spdlog::error("reload failed, keeping the running config:\n{}", error);
+        } else {
+          spdlog::info("signal {}: shutting down ({} clients)", info.ssi_signo, clients_.size());
+          return 0;
+        }
+      }
+    }
+    if (fds[1].revents & POLLIN) accept_clients();
+    if (fds[2].revents & POLLIN) netlink_->on_readable();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const short ev = fds[3 + i].revents;
+      if (!ev) continue;
+      auto it = clients_.find(ids[i]);
+      if (it == clients_.end()) continue;
+      if (!(ev & POLLIN) || !on_client_readable(it->second)) drop(ids[i]);
+    }
+  }
+}
+
+void Server::accept_clients() {
+  for (;;) {
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) return;
+    Client c;
+    c.fd = fd;
+    c.id = next_client_id_++;
+    socklen_t len = sizeof c.cred;
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c.cred, &len) != 0 || c.cred.pid <= 0) {
+      spdlog::warn("refusing a client without peer credentials");
+      ::close(fd);
+      continue;
+    }
+    spdlog::debug("client {} connected: pid {} uid {}", c.id, c.cred.pid, c.cred.uid);
+    clients_.emplace(c.id, c);
+  }
+}
+
+bool Server::on_client_readable(Client& c) {
+  std::vector<uint8_t> buf(ctl::kMaxMessageBytes + 1);
+  const ssize_t n = ::recv(c.fd, buf.data(), buf.size(), MSG_DONTWAIT | MSG_TRUNC);
+  if (n == 0) return false;  // closed: the process exited or was killed
+  if (n < 0) return errno == EAGAIN || errno == EINTR;
+  std::string error;
+  std::optional<ctl::Message> m;
+  if (static_cast<size_t>(n) > ctl::kMaxMessageBytes) error = "message too long (" + std::to_string(n) + " bytes)";
+  else m = ctl::decode(std::span<const uint8_t>(buf.data(), static_cast<size_t>(n)), error);
+  if (!m) {
+    spdlog::warn("client {} (pid {}): bad request: {}", c.id, c.cred.pid, error);
+    send(c, ctl::make_error("bad request: " + error));
+    return ++c.bad_messages < kMaxBadMessages;
+  }
+  try {
+    handle(c, *m);
+  } catch (const std::exception& e) {
+    // decode() validated the fields handle() reads; this is a bug, not a crash.
+    spdlog::error("client {}: {} failed: {}", c.id, ctl::to_string(m->type), e.what());
+    send(c, ctl::make_error(std::string("internal error: ") + e.what()));
+  }
+  return true;
+}
+
+void Server::drop(uint64_t id) {
+  auto it = clients_.find(id);
+  if (it == clients_.end()) return;
+  const size_t released = allocator_->release_owner(id);
+  stats_.forget(id);
+  if (released) spdlog::info("pid {} gone: released {} lease(s)", it->second.cred.pid, released);
+  ::close(it->second.fd);
+  clients_.erase(it);
+}
+
+void Server::handle(Client& c, const ctl::Message& m) {
+  switch (m.type) {
+    case ctl::Type::Lease:
+      send(c, lease(c, m.body));
+      return;
+    case ctl::Type::Report:
+      if (!c.provider) {
+        send(c, ctl::make_error("report before lease"));
+        return;
+      }
+      stats_.update(c.id, c.cred.pid, c.cred.uid, m.body, std::chrono::steady_clock::now());
+      return;  // reports are not answered: they are periodic and one-way
+    case ctl::Type::Status:
+      send(c, status());
+      return;
+    case ctl::Type::Stats: {
+      nlohmann::json r = ctl::make(ctl::Type::Stats);
+      r["stats"] = stats_.to_json(std::chrono::steady_clock::now());
+      send(c, r);
+      return;
+    }
+    case ctl::Type::Paths:
+      send(c, paths(m.body));
+      return;
+    case ctl::Type::Reload:
+      send(c, reload(c));
+      return;
+    case ctl::Type::LeaseOk:
+    case ctl::Type::Policy:
+    case ctl::Type::Ok:
+    case ctl::Type::Error:
+      send(c, ctl::make_error(std::string("'") + ctl::to_string(m.type) + "' is sent by the daemon, not to it"));
+      return;
+  }
+}
+
+const ctl::Policy& Server::policy_of(const std::string& traffic_class) const {
+  auto it = config_.classes.find(traffic_class);
+  return it != config_.classes.end() ? it->second : config_.classes.at("default");
+}
+
+nlohmann::json Server::lease(Client& c, const nlohmann::json& body) {
+  const pid_t claimed = body["pid"].get<pid_t>();
+  if (claimed != c.cred.pid)
+    return ctl::make_error("pid " + std::to_string(claimed) + " does not match the peer credentials (pid " +
+                           std::to_string(c.cred.pid) + ")");
+  const std::string traffic_class = body.value("class", "default");
+  if (!config_.classes.count(traffic_class))
+    return ctl::make_error("unknown traffic class '" + traffic_class + "'");
+  const uint32_t want = body.value("paths", uint32_t{config_.ports.paths_per_connection});
+  if (want > config_.ports.block_size)
+    return ctl::make_error("paths " + std::to_string(want) + " exceeds the block size " +
+                           std::to_string(config_.ports.block_size));
+  if (c.home_ports.size() >= kMaxLeasesPerClient)
+    return ctl::make_error("too many leases on one connection (" + std::to_string(kMaxLeasesPerClient) + ")");
+  std::string error;
+  const std::optional<PortLease> l = allocator_->allocate(c.id, error);
+  if (!l) return ctl::make_error(error);
+
+  std::vector<uint16_t> ports;
+  std::string spread = "hash";
+  const std::string dest = body.value("dest", "");
+  if (!dest.empty() && config_.discovery.enabled) {
+    std::vector<uint16_t> candidates;
+    for (uint32_t i = 0; i < std::min<uint32_t>(l->block_size, config_.discovery.probe_ports); ++i)
+      candidates.push_back(static_cast<uint16_t>(l->block_first + i));
+    Discovery d;
+    const uint16_t dport = body.value("dport", config_.ports.home_first);
+    if (discover(dest, dport, body["address"].get<std::string>(), candidates, config_.discovery, d, error)) {
+      ports = spread_ports(d, want);
+      if (ports.size() == want) spread = "discovered " + std::to_string(d.paths.size()) + " paths";
+      else ports.clear();
+      paths_.put(PathCache::key(dest, dport, body["address"].get<std::string>()), std::move(d));
+    } else {
+      spdlog::warn("pid {}: discovery to {} failed: {}", c.cred.pid, dest, error);
+    }
+  }
+  if (ports.empty())
+    for (uint32_t i = 0; i < want; ++i) ports.push_back(static_cast<uint16_t>(l->block_first + i));
+
+  c.provider = true;
+  c.traffic_class = traffic_class;
+  c.home_ports.push_back(l->home_port);
+  std::string used;
+  for (uint16_t p : ports) used += (used.empty() ? "" : ",") + std::to_string(p);
+  spdlog::info("pid {} uid {}: home port {}, source ports {}..{} ({}; using {}), class {}", c.cred.pid, c.cred.uid,
+               l->home_port, l->block_first, l->block_first + l->block_size - 1, spread, used, traffic_class);
+  nlohmann::json r = ctl::make(ctl::Type::LeaseOk);
+  r["home_port"] = l->home_port;
+  r["source_ports"] = ports;
+  r["block_first"] = l->block_first;
+  r["block_size"] = l->block_size;
+  r["spread"] = spread;
+  r["class"] = traffic_class;
+  r["policy"] = ctl::policy_to_json(policy_of(traffic_class));
+  r["stats_interval_ms"] = config_.stats_interval_ms;
+  return r;
+}
+
+nlohmann::json Server::paths(const nlohmann::json& body) {
+  const std::string dest = body["dest"].get<std::string>();
+  const uint16_t dport = body.value("dport", config_.ports.home_first);
+  const std::string source = body.value("source", "");
+  const std::string key = PathCache::key(dest, dport, source);
+  const auto now = std::chrono::steady_clock::now();
+  nlohmann::json r = ctl::make(ctl::Type::Paths);
+  const bool refresh = body.value("refresh", false);
+  if (!refresh) {
+    if (const Discovery* d = paths_.find(key, now, config_.discovery.interval_s)) {
+      r.update(to_json(*d));
+      r["cached"] = true;
+      return r;
+    }
+  }
+  // Probe from a block of the pool, so that the probes disturb no lease.
+  std::string error;
+  const std::optional<PortLease> l = allocator_->allocate(kProbeOwner, error);
+  if (!l) return ctl::make_error(error);
+  std::vector<uint16_t> candidates;
+  for (uint32_t i = 0; i < std::min<uint32_t>(l->block_size, config_.discovery.probe_ports); ++i)
+    candidates.push_back(static_cast<uint16_t>(l->block_first + i));
+  Discovery d;
+  const bool ok = discover(dest, dport, source, candidates, config_.discovery, d, error);
+  allocator_->release_owner(kProbeOwner);
+  if (!ok) return ctl::make_error(error);
+  spdlog::info("discovery {} -> {} paths in {:.1f} ms ({} probes, {} answers)", key, d.paths.size(), d.elapsed_ms,
+               d.probes_sent, d.answers);
+  r.update(to_json(d));
+  r["cached"] = false;
+  paths_.put(key, std::move(d));
+  return r;
+}
+
+nlohmann::json Server::status() const {
+  nlohmann::json r = ctl::make(ctl::Type::Status);
+  r["pid"] = ::getpid();
+  r["uptime_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  r["config"] = config_path_;
+  r["socket"] = config_.socket_path;
+  r["planes"] = config_.planes;
+  r["clients"] = clients_.size();
+  r["free_home_ports"] = allocator_->free_home_ports();
+  r["free_blocks"] = allocator_->free_blocks();
+  r["block_size"] = config_.ports.block_size;
+  r["discovery_cache"] = paths_.size();
+  r["net_changes"] = net_changes_;
+  nlohmann::json leases = nlohmann::json::array();
+  for (const PortLease& l : allocator_->leases()) {
+    auto it = clients_.find(l.owner);
+    nlohmann::json j;
+    j["pid"] = it != clients_.end() ? it->second.cred.pid : 0;
+    j["uid"] = it != clients_.end() ? it->second.cred.uid : 0;
+    j["class"] = it != clients_.end() ? it->second.traffic_class : "";
+    j["home_port"] = l.home_port;
+    j["block_first"] = l.block_first;
+    j["block_size"] = l.block_size;
+    leases.push_back(std::move(j));
+  }
+  r["leases"] = std::move(leases);
+  nlohmann::json classes = nlohmann::json::object();
+  for (const auto& [name, p] : config_.classes) classes[name] = ctl::policy_to_json(p);
+  r["classes"] = std::move(classes);
+  if (netlink_) r["net"] = netlink_->snapshot(config_.planes);
+  return r;
+}
+
+nlohmann::json Server::reload(const Client& c) {
+  if (c.cred.uid != 0 && c.cred.uid != ::geteuid())
+    return ctl::make_error("reload needs root or the daemon's user (uid " + std::to_string(c.cred.uid) + ")");
+  std::string error;
+  if (!reload_config(error)) return ctl::make_error("reload failed, running config kept:\n" + error);
+  return ctl::make(ctl::Type::Ok);
+}
+
+bool Server::reload_config(std::string& error) {
+  if (config_path_.empty()) {
+    error = "no config file (started without --config)";
+    return false;
+  }
+  ConfigResult r = load_config(config_path_);
+  if (!r.config) {
+    error = format_errors(r, config_path_);
+    return false;
+  }
+  Config next = std::move(*r.config);
+  // What the running allocations and socket depend on needs a restart.
+  if (next.socket_path != config_.socket_path || std::memcmp(&next.ports, &config_.ports, sizeof next.ports) != 0)
+    spdlog::warn("reload: socket and [ports] changes take effect at the next start");
+  next.socket_path = config_.socket_path;
+  next.ports = config_.ports;
+  config_ = std::move(next);
+  if (auto level = spdlog::level::from_str(config_.log_level); level != spdlog::level::off || config_.log_level == "off")
+    spdlog::set_level(level);
+  paths_.clear();
+  push_policies();
+  spdlog::info("config reloaded from {}", config_path_);
+  return true;
+}
+
+void Server::push_policies() {
+  size_t pushed = 0;
+  for (auto& [id, c] : clients_) {
+    if (!c.provider) continue;
+    if (!config_.classes.count(c.traffic_class)) c.traffic_class = "default";
+    nlohmann::json m = ctl::make(ctl::Type::Policy);
+    m["class"] = c.traffic_class;
+    m["policy"] = ctl::policy_to_json(policy_of(c.traffic_class));
+    if (send(c, m)) ++pushed;
+  }
+  spdlog::info("policy pushed to {} provider context(s)", pushed);
+}
+
+bool Server::send(const Client& c, const nlohmann::json& message) {
+  const std::string text = ctl::encode(message);
+  if (text.size() > ctl::kMaxMessageBytes) {
+    const std::string err = ctl::encode(ctl::make_error("reply too large"));
+    return ::send(c.fd, err.data(), err.size(), MSG_NOSIGNAL | MSG_DONTWAIT) >= 0;
+  }
+  if (::send(c.fd, text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+    spdlog::debug("client {}: send failed: {}", c.id, std::strerror(errno));
+    return false;
+  }
+  return true;
+}
+
+void Server::on_net_change(const NetChange& change) {
+  ++net_changes_;
+  spdlog::debug("netlink: {}", change.description);
+  if (change.kind == NetChange::Kind::Route && change.route_prefix != "0.0.0.0/0") {
+    // Only the destinations behind this route are affected.
+    const size_t dropped = paths_.drop_if([&](const Discovery& d) { return in_prefix(d.dest, change.route_prefix); });
+    if (dropped) spdlog::info("route {} changed: {} path table(s) to refresh", change.route_prefix, dropped);
+  } else if (paths_.size()) {
+    spdlog::info("{}: {} path table(s) to refresh", change.description, paths_.size());
+    paths_.clear();
+  }
+}
+
+}  // namespace metaroce::daemon

@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//
+// metaroced's event loop: the control socket and its clients, signals
+// (SIGTERM/SIGINT stop, SIGHUP reloads the config), netlink updates and cache
+// expiry, all on one thread with poll(). A client is a SOCK_SEQPACKET
+// connection; what it leased is returned when the connection closes, which
+// the kernel does for a process that dies by any means.
+#pragma once
+
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "discovery.h"
+#include "metaroce/ctl.h"
+#include "netlink.h"
+#include "port_allocator.h"
+#include "stats_store.h"
+
+namespace metaroce::daemon {
+
+class Server {
+ public:
+  Server(Config config, std::string config_path);
+  ~Server();
+  // Opens the socket (refusing to replace a live daemon's), blocks the
+  // signals it handles and opens netlink. False with `error` on failure.
+  bool start(std::string& error);
+  // Serves until SIGTERM or SIGINT; returns the exit status.
+  int run();
+
+ private:
+  struct Client {
+    int fd = -1;
+    uint64_t id = 0;
+    ucred cred{};
+    bool provider = false;
+    std::string traffic_class;
+    std::vector<uint16_t> home_ports;
+    uint32_t bad_messages = 0;
+  };
+
+  void accept_clients();
+  // False when the client is to be dropped.
+  bool on_client_readable(Client& c);
+  void drop(uint64_t id);
+  void handle(Client& c, const ctl::Message& m);
+  nlohmann::json lease(Client& c, const nlohmann::json& body);
+  nlohmann::json paths(const nlohmann::json& body);
+  nlohmann::json status() const;
+  nlohmann::json reload(const Client& c);
+  bool reload_config(std::string& error);
+  void push_policies();
+  bool send(const Client& c, const nlohmann::json& message);
+  void on_net_change(const NetChange& change);
+  const ctl::Policy& policy_of(const std::string& traffic_class) const;
+
+  Config config_;
+  std::string config_path_;
+  int listen_fd_ = -1;
+  int signal_fd_ = -1;
+  bool socket_created_ = false;
+  std::unique_ptr<PortAllocator> allocator_;
+  std::unique_ptr<Netlink> netlink_;
+  PathCache paths_;
+  StatsStore stats_;
+  std::map<uint64_t, Client> clients_;
+  uint64_t next_client_id_ = 1;
+  std::chrono::steady_clock::time_point started_;
+  uint64_t net_changes_ = 0;
+};
+
+}  // namespace metaroce::daemon

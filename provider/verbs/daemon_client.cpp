@@ -1,0 +1,250 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+#include "daemon_client.h"
+
+#include <arpa/inet.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace metaroce::verbs {
+namespace {
+
+// A daemon that does not answer a lease in this long is treated as absent.
+constexpr int kReplyTimeoutMs = 5000;
+
+std::string address_text(const sockaddr_storage& a) {
+  char ip[INET6_ADDRSTRLEN] = {};
+  uint16_t port = 0;
+  if (a.ss_family == AF_INET) {
+    const auto& v4 = reinterpret_cast<const sockaddr_in&>(a);
+    inet_ntop(AF_INET, &v4.sin_addr, ip, sizeof ip);
+    port = ntohs(v4.sin_port);
+    return std::string(ip) + ":" + std::to_string(port);
+  }
+  const auto& v6 = reinterpret_cast<const sockaddr_in6&>(a);
+  inet_ntop(AF_INET6, &v6.sin6_addr, ip, sizeof ip);
+  port = ntohs(v6.sin6_port);
+  return "[" + std::string(ip) + "]:" + std::to_string(port);
+}
+
+// Receives one message, waiting up to timeout_ms; nullopt on timeout, error
+// or a closed connection (with `error` set).
+std::optional<ctl::Message> receive(int fd, int timeout_ms, std::string& error) {
+  pollfd p{fd, POLLIN, 0};
+  const int r = ::poll(&p, 1, timeout_ms);
+  if (r == 0) {
+    error = "no answer from metaroced";
+    return std::nullopt;
+  }
+  std::vector<uint8_t> buf(ctl::kMaxMessageBytes);
+  const ssize_t n = ::recv(fd, buf.data(), buf.size(), MSG_DONTWAIT);
+  if (n <= 0) {
+    error = n == 0 ? "metaroced closed the connection" : std::string("recv: ") + std::strerror(errno);
+    return std::nullopt;
+  }
+  return ctl::decode(std::span<const uint8_t>(buf.data(), static_cast<size_t>(n)), error);
+}
+
+}  // namespace
+
+void apply_policy(io::Runtime& runtime, const ctl::Policy& policy, const transport::CongestionConfig& baseline,
+                  double baseline_rate_hint) {
+  transport::CongestionConfig cc = baseline;
+  ctl::apply_policy(policy, cc);
+  runtime.with_engine([&](transport::Endpoint& e, transport::Time) {
+    e.set_congestion(cc);
+    e.set_rate_hint_utilization(policy.rate_hint_utilization.value_or(baseline_rate_hint));
+    return 0;
+  });
+}
+
+std::unique_ptr<DaemonClient> DaemonClient::connect(std::string& why) {
+  const char* env = std::getenv(ctl::kSocketEnv);
+  const std::string path = env && *env ? env : ctl::kDefaultSocket;
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (path.size() >= sizeof a.sun_path) {
+    why = path + ": path too long";
+    return nullptr;
+  }
+  std::memcpy(a.sun_path, path.c_str(), path.size());
+  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
+    why = path + ": " + std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    return nullptr;
+  }
+  return std::unique_ptr<DaemonClient>(new DaemonClient(fd));
+}
+
+DaemonClient::DaemonClient(int fd) : fd_(fd), stop_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+
+DaemonClient::~DaemonClient() {
+  if (thread_.joinable()) {
+    const uint64_t one = 1;
+    (void)!::write(stop_fd_, &one, sizeof one);
+    thread_.join();
+  }
+  if (stop_fd_ >= 0) ::close(stop_fd_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool DaemonClient::send(const nlohmann::json& message) {
+  const std::string text = ctl::encode(message);
+  return ::send(fd_, text.data(), text.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(text.size());
+}
+
+std::optional<DaemonLease> DaemonClient::lease(const std::string& address, uint16_t paths,
+                                               const std::string& traffic_class, const std::string& dest,
+                                               uint16_t dport, std::string& error) {
+  nlohmann::json req = ctl::make(ctl::Type::Lease);
+  req["pid"] = ::getpid();
+  req["address"] = address;
+  if (paths) req["paths"] = paths;
+  if (!traffic_class.empty()) req["class"] = traffic_class;
+  if (!dest.empty()) req["dest"] = dest;
+  if (dport) req["dport"] = dport;
+  if (!send(req)) {
+    error = std::string("send to metaroced: ") + std::strerror(errno);
+    return std::nullopt;
+  }
+  for (;;) {
+    std::optional<ctl::Message> m = receive(fd_, kReplyTimeoutMs, error);
+    if (!m) return std::nullopt;
+    if (m->type == ctl::Type::Policy) {  // a reload raced the lease
+      ctl::Policy p;
+      if (ctl::policy_from_json(m->body["policy"], p, error)) pending_policy_ = p;
+      continue;
+    }
+    if (m->type == ctl::Type::Error) {
+      error = "metaroced: " + m->body["message"].get<std::string>();
+      return std::nullopt;
+    }
+    if (m->type != ctl::Type::LeaseOk) {
+      error = std::string("metaroced answered '") + ctl::to_string(m->type) + "' to a lease";
+      return std::nullopt;
+    }
+    DaemonLease l;
+    l.home_port = m->body["home_port"].get<uint16_t>();
+    l.source_ports = m->body["source_ports"].get<std::vector<uint16_t>>();
+    l.stats_interval_ms = m->body["stats_interval_ms"].get<uint32_t>();
+    l.spread = m->body.value("spread", "");
+    if (!ctl::policy_from_json(m->body["policy"], l.policy, error)) return std::nullopt;
+    if (l.source_ports.size() < std::max<size_t>(paths, 1) || l.source_ports.size() > ctl::kMaxPaths) {
+      error = "metaroced leased " + std::to_string(l.source_ports.size()) + " source ports for " +
+              std::to_string(paths) + " paths";
+      return std::nullopt;
+    }
+    return l;
+  }
+}
+
+void DaemonClient::attach(io::Runtime* runtime, std::string device, uint32_t stats_interval_ms,
+                          const transport::CongestionConfig& baseline, double baseline_rate_hint) {
+  runtime_ = runtime;
+  baseline_ = baseline;
+  baseline_rate_hint_ = baseline_rate_hint;
+  device_ = std::move(device);
+  stats_interval_ms_ = stats_interval_ms;
+  if (pending_policy_) apply(*pending_policy_);
+  thread_ = std::thread([this] { run(); });
+}
+
+void DaemonClient::apply(const ctl::Policy& policy) {
+  apply_policy(*runtime_, policy, baseline_, baseline_rate_hint_);
+}
+
+void DaemonClient::run() {
+  pthread_setname_np(pthread_self(), "metaroce-ctl");
+  const auto interval = std::chrono::milliseconds(stats_interval_ms_);
+  auto next_report = std::chrono::steady_clock::now() + interval;
+  for (;;) {
+    int timeout = -1;
+    if (stats_interval_ms_) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(next_report - std::chrono::steady_clock::now());
+      timeout = static_cast<int>(std::max<int64_t>(left.count(), 0));
+    }
+    pollfd fds[2] = {{fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+    const int r = ::poll(fds, 2, timeout);
+    if (r < 0 && errno != EINTR) return;
+    if (fds[1].revents) return;
+    if (fds[0].revents & (POLLHUP | POLLERR)) return;  // the daemon went away; the context runs on
+    if (fds[0].revents & POLLIN) {
+      std::string error;
+      std::optional<ctl::Message> m = receive(fd_, 0, error);
+      if (!m && error.find("closed") != std::string::npos) return;
+      if (m && m->type == ctl::Type::Policy) {
+        ctl::Policy p;
+        if (ctl::policy_from_json(m->body["policy"], p, error)) apply(p);
+      }
+    }
+    if (stats_interval_ms_ && std::chrono::steady_clock::now() >= next_report) {
+      report();
+      next_report = std::chrono::steady_clock::now() + interval;
+    }
+  }
+}
+
+void DaemonClient::report() {
+  nlohmann::json m = ctl::make(ctl::Type::Report);
+  m["home_port"] = runtime_->home_port();
+  m["device"] = device_;
+  const std::vector<uint16_t> ports = runtime_->path_source_ports();
+  const io::RuntimeStats io = runtime_->stats();
+  std::vector<std::pair<transport::PeerId, std::vector<transport::PathSnapshot>>> conns;
+  nlohmann::json counters;
+  runtime_->with_engine([&](transport::Endpoint& e, transport::Time) {
+    const transport::EndpointCounters& c = e.counters();
+    counters = {{"tx_data_packets", c.tx_data_packets}, {"tx_data_bytes", c.tx_data_bytes},
+                {"tx_retransmits", c.tx_retransmits},   {"spurious_retransmits", c.spurious_retransmits},
+                {"rx_datagrams", c.rx_datagrams},       {"rx_data_packets", c.rx_data_packets},
+                {"rx_ce_marked", c.rx_ce_marked},       {"rx_acks", c.rx_acks},
+                {"tx_acks", c.tx_acks},                 {"rto_expirations", c.rto_expirations},
+                {"path_failures", c.path_failures},     {"path_recoveries", c.path_recoveries},
+                {"placed_bytes", c.placed_bytes}};
+    for (transport::PeerId peer : e.peers()) {
+      conns.emplace_back(peer, e.path_snapshots(peer));
+      if (conns.size() >= 64) break;  // keeps a report well inside kMaxMessageBytes
+    }
+    return 0;
+  });
+  counters["io_datagrams_sent"] = io.datagrams_sent;
+  counters["io_datagrams_received"] = io.datagrams_received;
+  counters["io_send_errors"] = io.send_errors;
+  m["counters"] = std::move(counters);
+  nlohmann::json connections = nlohmann::json::array();
+  for (const auto& [peer, snaps] : conns) {
+    nlohmann::json c;
+    const std::optional<sockaddr_storage> a = runtime_->peer_address(peer);
+    c["peer"] = a ? address_text(*a) : "peer " + std::to_string(peer);
+    c["paths"] = nlohmann::json::array();
+    for (const transport::PathSnapshot& s : snaps) {
+      nlohmann::json p;
+      p["path"] = s.path_id;
+      p["source_port"] = s.path_id < ports.size() ? ports[s.path_id] : 0;
+      p["state"] = transport::to_string(s.health);
+      p["packets"] = s.packets_sent;
+      p["bytes"] = s.bytes_sent;
+      p["retransmits"] = s.retransmits;
+      p["lost"] = s.lost;
+      p["ecn_marks"] = s.ecn_marks;
+      p["window_bytes"] = s.window_bytes;
+      p["inflight_bytes"] = s.inflight_bytes;
+      p["srtt_us"] = static_cast<double>(s.srtt_ns) / 1000.0;
+      p["min_rtt_us"] = static_cast<double>(s.min_rtt_ns) / 1000.0;
+      c["paths"].push_back(std::move(p));
+    }
+    connections.push_back(std::move(c));
+  }
+  m["connections"] = std::move(connections);
+  send(m);
+}
+
+}  // namespace metaroce::verbs

@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//
+// A provider context's link to metaroced (include/metaroce/ctl.h): it leases
+// the context's home port and source ports, then a small thread applies
+// congestion policies the daemon pushes to the running engine and reports
+// the engine's counters every stats interval. The connection stays open for
+// the context's lifetime: when it closes (the context is freed, or the
+// process dies, even by SIGKILL) the daemon takes the ports back.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "metaroce/ctl.h"
+#include "runtime.h"
+
+namespace metaroce::verbs {
+
+struct DaemonLease {
+  uint16_t home_port = 0;
+  std::vector<uint16_t> source_ports;
+  ctl::Policy policy;
+  uint32_t stats_interval_ms = 0;
+  std::string spread;  // "hash" or "discovered N paths"
+};
+
+class DaemonClient {
+ public:
+  // Connects to $METAROCE_DAEMON_SOCKET or /run/metaroce/metaroced.sock.
+  // Null, with `why` set, when no daemon answers there.
+  static std::unique_ptr<DaemonClient> connect(std::string& why);
+  ~DaemonClient();  // stops the thread; closing the socket ends the leases
+
+  // Asks for a home port and `paths` source ports (0: as many as the daemon
+  // is configured to give) for a context on `address`.
+  // `dest`/`dport` (optional) name the peer so that the daemon can choose
+  // ports that cover the paths to it.
+  std::optional<DaemonLease> lease(const std::string& address, uint16_t paths, const std::string& traffic_class,
+                                   const std::string& dest, uint16_t dport, std::string& error);
+
+  // Starts the thread that applies pushed policies to `runtime` and reports
+  // its counters. `runtime` must outlive this client. A policy is applied on
+  // top of `baseline` (the context's own settings), so that a key removed
+  // from the daemon's config returns to the context's value.
+  void attach(io::Runtime* runtime, std::string device, uint32_t stats_interval_ms,
+              const transport::CongestionConfig& baseline, double baseline_rate_hint);
+
+ private:
+  explicit DaemonClient(int fd);
+  void run();
+  void apply(const ctl::Policy& policy);
+  void report();
+  bool send(const nlohmann::json& message);
+
+  int fd_ = -1;
+  int stop_fd_ = -1;
+  io::Runtime* runtime_ = nullptr;
+  std::string device_;
+  uint32_t stats_interval_ms_ = 0;
+  transport::CongestionConfig baseline_;
+  double baseline_rate_hint_ = 0;
+  std::optional<ctl::Policy> pending_policy_;  // pushed before attach()
+  std::thread thread_;
+};
+
+// Applies a daemon policy, over `baseline`, to the engine of a running runtime.
+void apply_policy(io::Runtime& runtime, const ctl::Policy& policy, const transport::CongestionConfig& baseline,
+                  double baseline_rate_hint);
+
+}  // namespace metaroce::verbs

@@ -1,0 +1,265 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+# metaroced on the namespace fabric (root; skips with exit 77 without it):
+#
+#   fabric_daemon.sh discovery   K = 2 and 4: `metaroce paths` finds exactly K
+#                                paths in under a second, and every source port
+#                                is mapped to the path the fabric's ECMP takes
+#                                (checked with ip route get for all ports and
+#                                with the per-link counters for one port a path)
+#   fabric_daemon.sh spread      K = 4 and 2: a provider that names its peer gets
+#                                source ports covering all K paths; its transfer's
+#                                packets per link stay within 1.25 x the average
+#   fabric_daemon.sh policy      a policy reload during a transfer reaches the
+#                                running engine: windows and rate follow it
+#
+# Environment (tests/daemon/meson.build): METAROCE_FABRIC, UDP_BLASTER,
+# METAROCED, METAROCE_CLI, METAROCE_RUN.
+source "$(dirname "$0")/../netns/lib.sh"
+scenario=${1:?usage: fabric_daemon.sh discovery|spread|policy}
+TEST_NAME="fabric_daemon-$scenario"
+DAEMON=${METAROCED:?METAROCED not set}
+CLI=${METAROCE_CLI:?METAROCE_CLI not set}
+RUN=${METAROCE_RUN:?METAROCE_RUN not set}
+
+require_netns
+use_prefix "mrdd-${scenario:0:5}"
+SOCK=$WORK/metaroced.sock
+CONF=$WORK/metaroced.toml
+DPID=
+
+stop_daemon() {
+    [[ -n $DPID ]] || return 0
+    kill -TERM "$DPID" 2>/dev/null || true
+    local i
+    for ((i = 0; i < 100; i++)); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.05; done
+    kill -KILL "$DPID" 2>/dev/null || true
+    wait "$DPID" 2>/dev/null || true
+    DPID=
+}
+PIDS=()
+# The PIDS are `timeout` wrappers: SIGTERM reaches the program through them
+# (SIGKILL would orphan it); SIGKILL only for what outlives a grace period.
+stop_all() {
+    local p i
+    for p in ${PIDS[@]+"${PIDS[@]}"}; do kill -TERM "$p" 2>/dev/null || true; done
+    for p in ${PIDS[@]+"${PIDS[@]}"}; do
+        for ((i = 0; i < 100; i++)); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
+        kill -KILL "$p" 2>/dev/null || true
+        wait "$p" 2>/dev/null || true
+    done
+    stop_daemon
+}
+at_exit stop_all
+
+# start_daemon: metaroced in h0's namespace on $SOCK with $CONF.
+start_daemon() {
+    ip netns exec "${PREFIX}-h0" "$DAEMON" --config "$CONF" --socket "$SOCK" --log-level debug 2>>"$WORK/daemon.log" &
+    DPID=$!
+    local i
+    for ((i = 0; i < 200; i++)); do
+        "$CLI" --socket "$SOCK" status >/dev/null 2>&1 && return 0
+        kill -0 "$DPID" 2>/dev/null || { cat "$WORK/daemon.log" >&2; fail "metaroced exited at start"; }
+        sleep 0.05
+    done
+    fail "metaroced did not answer in 10 s"
+}
+
+cat >"$CONF" <<'TOML'
+[daemon]
+stats_interval_ms = 200
+[discovery]
+timeout_ms = 500
+TOML
+
+offered_r2l() { fab status --json | json - '" ".join(str(p["right_to_left"]["offered_packets"]) for p in d["paths"])'; }
+
+# ratio BEFORE AFTER: busiest path's delta over the average delta, and the deltas.
+ratio() {
+    python3 - "$1" "$2" <<'PY'
+import sys
+b = [int(x) for x in sys.argv[1].split()]; a = [int(x) for x in sys.argv[2].split()]
+d = [y - x for x, y in zip(b, a)]
+avg = sum(d) / len(d)
+print(f"{max(d) / avg if avg else 99:.3f} {' '.join(map(str, d))}")
+PY
+}
+
+case $scenario in
+discovery)
+    for K in 2 4; do
+        fab up --hosts 2 --paths "$K" >/dev/null
+        start_daemon
+        src=$(fab addr h0); dst=$(fab addr h1); dport=4792
+        "$CLI" --socket "$SOCK" --json paths "$dst" --from "$src" --dport "$dport" --refresh >"$WORK/paths.json" ||
+            fail "metaroce paths failed"
+        n=$(json "$WORK/paths.json" 'len(d["paths"])')
+        ms=$(json "$WORK/paths.json" 'round(d["elapsed_ms"], 1)')
+        ports=$(json "$WORK/paths.json" 'sum(len(p["source_ports"]) for p in d["paths"])')
+        unresolved=$(json "$WORK/paths.json" 'len(d["unresolved_ports"])')
+        [[ $n == "$K" ]] || fail "K=$K: discovery found $n paths: $(cat "$WORK/paths.json")"
+        [[ $unresolved == 0 ]] || fail "K=$K: $unresolved ports unresolved"
+        between "$ms" 0 1000 || fail "K=$K: discovery took $ms ms (target < 1000)"
+        # Every port: the path's last router is the right end of the veth
+        # the fabric's ECMP picks (10.77.(200+k).2 for path k).
+        json "$WORK/paths.json" '"\n".join(p["hops"][-1] + " " + str(s) for p in d["paths"] for s in p["source_ports"])' >"$WORK/map"
+        wrong=0
+        while read -r hop sport; do
+            k=$(fab path h0 h1 --sport "$sport" --dport "$dport")
+            [[ $hop == "10.77.$((200 + k)).2" ]] || { wrong=$((wrong + 1)); note "sport $sport: discovered $hop, ECMP takes p$k"; }
+        done <"$WORK/map"
+        ((wrong == 0)) || fail "K=$K: $wrong of $ports source ports mapped to the wrong path"
+        # The per-link counters agree: one port of each discovered path
+        # carries all of a single-port flow on that path's link.
+        for ((i = 0; i < K; i++)); do
+            sport=$(json "$WORK/paths.json" "d[\"paths\"][$i][\"source_ports\"][0]")
+            hop=$(json "$WORK/paths.json" "d[\"paths\"][$i][\"hops\"][-1]")
+            k=$(( ${hop##*.} == 2 ? $(echo "$hop" | cut -d. -f3) - 200 : -1 ))
+            before=($(offered_l2r))
+            sent=$(fab exec h0 "$BLASTER" send --to "$dst:$dport" --seconds 2 --ports 1 --sport-base "$sport" \
+                --payload 200 --rate 20 --max-packets 500 | json - 'd["packets"]')
+            after=($(offered_l2r))
+            for ((j = 0; j < K; j++)); do
+                delta=$((after[j] - before[j]))
+                if ((j == k)); then
+                    ((delta >= sent)) || fail "K=$K: sport $sport: p$j (discovered) carried $delta of $sent"
+                else
+                    ((delta < sent / 100 + 2)) || fail "K=$K: sport $sport: p$j carried $delta packets (discovered p$k)"
+                fi
+            done
+        done
+        pass "K=$K: $n paths in $ms ms, $ports source ports all mapped to the ECMP path (route and link counters agree)"
+        # Netlink: a route to the destination changes -> its table is probed
+        # again; a route elsewhere leaves it cached; a new link clears all.
+        cached() { "$CLI" --socket "$SOCK" --json paths "$dst" --from "$src" --dport "$dport" | json - 'd["cached"]'; }
+        wait_uncached() {
+            local i
+            for ((i = 0; i < 100; i++)); do [[ $(cached) == false ]] && return 0; sleep 0.05; done
+            return 1
+        }
+        [[ $(cached) == true ]] || fail "K=$K: a second request was not served from the cache"
+        ip -n "${PREFIX}-h0" route add 10.77.99.0/24 via "${src%.*}.1"
+        sleep 0.2  # nothing to wait for: the daemon must NOT react
+        [[ $(cached) == true ]] || fail "K=$K: a route to another prefix dropped the table"
+        ip -n "${PREFIX}-h0" route add "${dst%.*}.0/24" via "${src%.*}.1"
+        wait_uncached || fail "K=$K: a new route to $dst did not refresh its path table"
+        [[ $(cached) == true ]] || fail "K=$K: the refreshed table was not cached"
+        ip -n "${PREFIX}-h0" link add mrdd-a type veth peer name mrdd-b
+        wait_uncached || fail "K=$K: a new link did not refresh the path tables"
+        pass "K=$K: netlink: route to the destination and link changes refresh its path table, other routes do not"
+        kill -0 "$DPID" || fail "metaroced died"
+        stop_daemon
+        fab down >/dev/null
+    done
+    ;;
+spread)
+    command -v ib_write_bw >/dev/null 2>&1 || skip "perftest not installed"
+    for K in 4 2; do
+        fab up --hosts 2 --paths "$K" >/dev/null
+        start_daemon
+        dst=$(fab addr h1)
+        for mode in discovered hash; do
+            peer_env=()
+            [[ $mode == discovered ]] && peer_env=(METAROCE_DAEMON_PEER="$dst:4792")
+            port=$((18600 + RANDOM % 300))
+            # The receiver has no daemon in its namespace: first free home port, 4792.
+            timeout 120 ip netns exec "${PREFIX}-h1" env METAROCE_DAEMON=0 "$RUN" --dev mr0=eth0 --mtu 1400 \
+                ib_write_bw -d mr0 -x 0 -s 65536 -n 2000 -F -p "$port" >"$WORK/server" 2>&1 &
+            PIDS+=($!)
+            sleep 0.5
+            before=$(offered_l2r)
+            timeout 120 ip netns exec "${PREFIX}-h0" env METAROCE_DAEMON_SOCKET="$SOCK" "${peer_env[@]}" "$RUN" \
+                --dev mr0=eth0 --mtu 1400 ib_write_bw -d mr0 -x 0 -s 65536 -n 2000 -F -p "$port" "$dst" \
+                >"$WORK/client" 2>&1 || { cat "$WORK/client" "$WORK/server" >&2; fail "transfer failed"; }
+            wait "${PIDS[-1]}" || true
+            unset "PIDS[-1]"
+            after=$(offered_l2r)
+            read -r r deltas < <(ratio "$before" "$after")
+            lease=$(grep "source ports .*($( [[ $mode == discovered ]] && echo "discovered $K paths" || echo hash);" "$WORK/daemon.log" | tail -1)
+            [[ -n $lease ]] || fail "K=$K $mode: the lease was not $mode: $(tail -2 "$WORK/daemon.log")"
+            if [[ $mode == discovered ]]; then
+                # The leased ports cover the K paths equally (4 ports: 1 or 2 a path),
+                # as the fabric's ECMP maps them.
+                [[ $lease =~ using\ ([0-9,]+) ]] || fail "no ports in '$lease'"
+                declare -A per_path=()
+                for sport in ${BASH_REMATCH[1]//,/ }; do
+                    k=$(fab path h0 h1 --sport "$sport" --dport 4792)
+                    per_path[$k]=$(( ${per_path[$k]:-0} + 1 ))
+                done
+                ((${#per_path[@]} == K)) || fail "K=$K: leased ports ${BASH_REMATCH[1]} cover ${#per_path[@]} paths"
+                for k in "${!per_path[@]}"; do
+                    ((per_path[$k] == 4 / K)) || fail "K=$K: path p$k has ${per_path[$k]} of the leased ports"
+                done
+                unset per_path
+                between "$r" 0 1.25 || fail "K=$K: busiest path carried $r x the average (per-link packets: $deltas)"
+                pass "K=$K with discovery: busiest/average = $r (per-link packets $deltas)"
+            else
+                note "K=$K without discovery (hash spread of 4 consecutive ports): busiest/average = $r ($deltas)"
+            fi
+        done
+        stop_daemon
+        fab down >/dev/null
+    done
+    ;;
+policy)
+    command -v ib_write_bw >/dev/null 2>&1 || skip "perftest not installed"
+    fab up --hosts 2 --paths 4 >/dev/null
+    start_daemon
+    dst=$(fab addr h1)
+    port=$((18600 + RANDOM % 300))
+    timeout 90 ip netns exec "${PREFIX}-h1" env METAROCE_DAEMON=0 "$RUN" --dev mr0=eth0 --mtu 1400 \
+        ib_write_bw -d mr0 -x 0 -s 65536 -D 30 -F -p "$port" >"$WORK/server" 2>&1 &
+    PIDS+=($!)
+    sleep 0.5
+    timeout 90 ip netns exec "${PREFIX}-h0" env METAROCE_DAEMON_SOCKET="$SOCK" "$RUN" --dev mr0=eth0 --mtu 1400 \
+        ib_write_bw -d mr0 -x 0 -s 65536 -D 30 -F -p "$port" "$dst" >"$WORK/client" 2>&1 &
+    PIDS+=($!)
+    # sample: "<tx_data_bytes> <max window over paths> <paths>" of the sender's context.
+    sample() {
+        "$CLI" --socket "$SOCK" --json stats | python3 -c 'import json, sys
+d = json.load(sys.stdin)
+c = d["contexts"][0] if d["contexts"] else None
+paths = [p for x in c["connections"] for p in x["paths"]] if c else []
+print(c["counters"].get("tx_data_bytes", 0) if c else 0, max([p["window_bytes"] for p in paths] or [0]), len(paths))'
+    }
+    # rate_over SECONDS: payload bytes per second sent over that long.
+    rate_over() {
+        local b a
+        read -r b _ <<<"$(sample)"; sleep "$1"; read -r a _ <<<"$(sample)"
+        awk -v a="$a" -v b="$b" -v s="$1" 'BEGIN { printf "%d", (a - b) / s }'
+    }
+    for ((i = 0; i < 100; i++)); do read -r bytes win npaths <<<"$(sample)"; ((npaths > 0 && bytes > 0)) && break; sleep 0.1; done
+    ((npaths > 0)) || fail "no per-path statistics from the running provider"
+    sleep 1
+    rate1=$(rate_over 1.5)
+    read -r _ win1 _ <<<"$(sample)"
+    note "before: $rate1 B/s, largest window $win1 B"
+    cat >>"$CONF" <<'TOML'
+[congestion.default]
+min_window_bytes = 1400
+initial_window_bytes = 2800
+max_window_bytes = 2800
+TOML
+    "$CLI" --socket "$SOCK" config reload >/dev/null || fail "config reload failed"
+    # The next report reflects the new bound (reports come every 200 ms).
+    for ((i = 0; i < 50; i++)); do read -r _ win2 n2 <<<"$(sample)"; ((n2 > 0 && win2 <= 2800)) && break; sleep 0.1; done
+    ((n2 > 0)) || { cat "$WORK/client" >&2; fail "the provider stopped reporting after the reload"; }
+    ((win2 <= 2800)) || { tail -5 "$WORK/daemon.log"; "$CLI" --socket "$SOCK" stats; fail "windows still $win2 B after max_window_bytes = 2800"; }
+    rate2=$(rate_over 1.5)
+    note "after: $rate2 B/s, largest window $win2 B"
+    read -r _ _ n2 <<<"$(sample)"
+    ((n2 > 0)) || { cat "$WORK/client" >&2; fail "the provider stopped reporting after the reload"; }
+    ((rate2 > 0 && rate2 * 10 < rate1 * 7)) || fail "rate did not follow the policy: $rate1 -> $rate2 B/s"
+    grep -q "policy pushed to 1 provider" "$WORK/daemon.log" || fail "daemon did not log the push"
+    pass "policy reload reached the running transfer: window $win1 -> $win2 B, rate $rate1 -> $rate2 B/s"
+    # Back to the defaults with SIGHUP: windows grow again.
+    head -n -4 "$CONF" >"$CONF.new" && mv "$CONF.new" "$CONF"
+    kill -HUP "$DPID"
+    for ((i = 0; i < 50; i++)); do read -r _ win3 _ <<<"$(sample)"; ((win3 > 2800)) && break; sleep 0.1; done
+    ((win3 > 2800)) || fail "windows did not grow back after SIGHUP ($win3 B)"
+    pass "SIGHUP restored the policy (largest window $win3 B)"
+    # The transfer is still running (it was started for 30 s): that is all.
+    for p in "${PIDS[@]}"; do kill -0 "$p" || fail "the transfer ended early: $(cat "$WORK/client")"; done
+    ;;
+*) fail "unknown scenario $scenario" ;;
+esac

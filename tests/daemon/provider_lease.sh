@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+# The verbs provider and metaroced over loopback (no root): three provider
+# processes lease disjoint home ports and source-port blocks and really bind
+# them; kill -9 returns a process's lease; without a daemon a program gets
+# one warning however many contexts it opens, and still works.
+#
+# Environment (tests/daemon/meson.build): METAROCED, METAROCE_CLI, METAROCE_RUN.
+set -euo pipefail
+DAEMON=${METAROCED:?} CLI=${METAROCE_CLI:?} RUN=${METAROCE_RUN:?}
+fail() { echo "FAIL provider_lease: $*" >&2; exit 1; }
+pass() { echo "ok - $*"; }
+command -v ib_write_bw >/dev/null 2>&1 || { echo "SKIP provider_lease: perftest not installed"; exit 77; }
+command -v ss >/dev/null 2>&1 || { echo "SKIP provider_lease: ss (iproute2) not installed"; exit 77; }
+
+WORK=$(mktemp -d /tmp/metaroce-lease-test.XXXXXX)
+SOCK=$WORK/d.sock
+DPID=
+PIDS=()
+cleanup() {
+    local rc=$? p i
+    for p in ${PIDS[@]+"${PIDS[@]}"}; do kill -TERM "$p" 2>/dev/null || true; done
+    for p in ${PIDS[@]+"${PIDS[@]}"} $DPID; do
+        [[ $p == "$DPID" ]] && kill -TERM "$p" 2>/dev/null
+        for ((i = 0; i < 100; i++)); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
+        kill -KILL "$p" 2>/dev/null || true
+        wait "$p" 2>/dev/null || true
+    done
+    rm -rf "$WORK"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# 3 paths a context: the provider takes the daemon's number when the user sets none.
+printf '[ports]\nsource_first = 23000\nsource_count = 1280\npaths_per_connection = 3\n' >"$WORK/d.toml"
+"$DAEMON" --config "$WORK/d.toml" --socket "$SOCK" 2>"$WORK/daemon.log" &
+DPID=$!
+for ((i = 0; i < 200; i++)); do "$CLI" --socket "$SOCK" status >/dev/null 2>&1 && break; sleep 0.05; done
+"$CLI" --socket "$SOCK" status >/dev/null || fail "metaroced did not start: $(cat "$WORK/daemon.log")"
+
+# Processes holding leases. A process may hold more than one: when a leased
+# port turns out to be taken by a program that bypasses the daemon (other
+# tests on this machine use loopback), the context keeps that lease, so the
+# port is not handed to anyone else, and leases again.
+leases() { "$CLI" --socket "$SOCK" --json status | python3 -c 'import json, sys; print(len({l["pid"] for l in json.load(sys.stdin)["leases"]}))'; }
+
+# A program outside the daemon holds the first home port (or something else
+# on this machine already does): the context leased it must lease again.
+python3 -c 'import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    s.bind(("127.0.0.1", 4792))
+except OSError:
+    pass  # taken already, which is as good
+time.sleep(120)' &
+PIDS+=($!)
+for ((i = 0; i < 100; i++)); do ss -uanH | grep -q "127.0.0.1:4792 " && break; sleep 0.05; done
+
+# Three ib_write_bw servers, each waiting for a client that never comes.
+for n in 0 1 2; do
+    METAROCE_DAEMON_SOCKET=$SOCK timeout 60 "$RUN" --dev mr0=lo ib_write_bw -d mr0 -x 0 -p $((19600 + n + RANDOM % 200 * 3)) \
+        >"$WORK/server$n" 2>&1 &
+    PIDS+=($!)
+done
+for ((i = 0; i < 200; i++)); do [[ $(leases) == 3 ]] && break; sleep 0.05; done
+[[ $(leases) == 3 ]] || fail "expected 3 processes with leases, have $(leases): $(cat "$WORK"/server*)"
+"$CLI" --socket "$SOCK" --json status >"$WORK/status.json"
+python3 - "$WORK/status.json" <<'PY' || fail "leases overlap or are not bound as leased"
+import json, subprocess, sys
+s = json.load(open(sys.argv[1]))
+homes, ports = set(), set()
+bound = subprocess.run(["ss", "-uanpH"], capture_output=True, text=True).stdout
+by_pid = {}
+for l in s["leases"]:
+    assert l["home_port"] not in homes, "home port leased twice"
+    homes.add(l["home_port"])
+    block = set(range(l["block_first"], l["block_first"] + l["block_size"]))
+    assert not (block & ports), "source ports leased twice"
+    ports |= block
+    by_pid.setdefault(l["pid"], []).append((l["home_port"], block))
+for pid, held in by_pid.items():
+    # The process bound the home port and 3 source ports of one of its
+    # leases, and nothing outside them.
+    mine = [line for line in bound.splitlines() if f"pid={pid}," in line]
+    local = {int(line.split()[3].rsplit(":", 1)[1]) for line in mine}
+    used = [(h, b) for h, b in held if h in local]
+    assert len(used) == 1, f"pid {pid} bound {sorted(local)}, leases {[(h, min(b)) for h, b in held]}"
+    home, block = used[0]
+    assert len(local & block) == 3, f"pid {pid} bound {sorted(local & block)} of its block"
+    assert not (local - block - {home}), f"pid {pid} bound ports outside its lease: {local}"
+# The daemon's first home port was taken: its lessee leased again and kept it.
+assert any(h == 4792 for held in by_pid.values() for h, _ in held), "nobody was leased 4792"
+assert any(len(held) == 2 for held in by_pid.values()), "no context leased again"
+print(f"{len(s['leases'])} leases of 3 processes disjoint; each process bound one lease's ports")
+PY
+pass "three provider processes: disjoint leases, each bound exactly its home port and the 3 ports (paths_per_connection) of its block; a taken home port was leased again"
+
+# The tables say the same as the JSON.
+table=$("$CLI" --socket "$SOCK" status)
+for pid in $(python3 -c 'import json, sys; print(" ".join(str(l["pid"]) for l in json.load(open(sys.argv[1]))["leases"]))' "$WORK/status.json"); do
+    grep -qE "^$pid +[0-9]+ +default +[0-9]+ +[0-9]+-[0-9]+$" <<<"$table" || fail "status table lacks pid $pid: $table"
+done
+for ((i = 0; i < 100; i++)); do [[ $("$CLI" --socket "$SOCK" --json stats | python3 -c 'import json, sys; print(len(json.load(sys.stdin)["contexts"]))') == 3 ]] && break; sleep 0.05; done
+stats=$("$CLI" --socket "$SOCK" stats)
+[[ $(grep -cE "^[0-9]+ +mr0 +[0-9]+ " <<<"$stats") == 3 ]] || fail "stats table does not list the 3 contexts: $stats"
+# Bad command lines: a message and a nonzero status, never a crash.
+for args in "paths 999.1.1.1" "" "config" "status --bogus" "paths 10.0.0.1 --dport 0"; do
+    set +e; out=$("$CLI" --socket "$SOCK" $args 2>&1); rc=$?; set -e
+    ((rc != 0 && rc < 128)) || fail "metaroce $args: exit $rc"
+    [[ -n $out ]] || fail "metaroce $args: no message"
+done
+set +e; out=$("$CLI" --socket "$WORK/none.sock" status 2>&1); rc=$?; set -e
+[[ $rc == 1 && $out == "metaroce: cannot reach metaroced at $WORK/none.sock: No such file or directory" ]] ||
+    fail "no daemon: exit $rc, '$out'"
+pass "metaroce status/stats tables list the leases and contexts; bad command lines get a message"
+
+victim=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["leases"][-1]["pid"])' "$WORK/status.json")
+kill -KILL "$victim"
+for ((i = 0; i < 200; i++)); do [[ $(leases) == 2 ]] && break; sleep 0.05; done
+[[ $(leases) == 2 ]] || fail "kill -9 of $victim did not release its lease"
+"$CLI" --socket "$SOCK" --json status | grep -q "\"pid\": $victim," && fail "lease of killed pid $victim still listed"
+pass "kill -9 of pid $victim returned its lease"
+
+# No daemon: one warning per process, and the program still works.
+out=$(METAROCE_DAEMON_SOCKET=$WORK/none.sock "$RUN" --dev mr0=lo --dev mr1=127.0.0.1 ibv_devinfo 2>&1) ||
+    fail "ibv_devinfo without a daemon failed: $out"
+warnings=$(grep -c "no metaroced" <<<"$out" || true)
+[[ $warnings == 1 ]] || fail "expected one warning without a daemon, got $warnings: $out"
+grep -q "hca_id:	mr1" <<<"$out" || fail "second device missing: $out"
+pass "without a daemon: one warning for two contexts, ports chosen locally"
+kill -0 "$DPID" || fail "metaroced died"
