@@ -225,10 +225,14 @@ void Server::handle(Client& c, const ctl::Message& m) {
     case ctl::Type::Paths:
       send(c, paths(m.body));
       return;
+    case ctl::Type::PeerPorts:
+      send(c, peer_ports(c, m.body));
+      return;
     case ctl::Type::Reload:
       send(c, reload(c));
       return;
     case ctl::Type::LeaseOk:
+    case ctl::Type::PeerPortsOk:
     case ctl::Type::Policy:
     case ctl::Type::Ok:
     case ctl::Type::Error:
@@ -254,46 +258,27 @@ nlohmann::json Server::lease(Client& c, const nlohmann::json& body) {
   if (want > config_.ports.block_size)
     return ctl::make_error("paths " + std::to_string(want) + " exceeds the block size " +
                            std::to_string(config_.ports.block_size));
-  if (c.home_ports.size() >= kMaxLeasesPerClient)
+  if (c.leases.size() >= kMaxLeasesPerClient)
     return ctl::make_error("too many leases on one connection (" + std::to_string(kMaxLeasesPerClient) + ")");
   std::string error;
   const std::optional<PortLease> l = allocator_->allocate(c.id, error);
   if (!l) return ctl::make_error(error);
 
+  // The default ports: ECMP hashing spreads them (peer_ports then gives each
+  // peer ports chosen for its paths).
   std::vector<uint16_t> ports;
-  std::string spread = "hash";
-  const std::string dest = body.value("dest", "");
-  if (!dest.empty() && config_.discovery.enabled) {
-    std::vector<uint16_t> candidates;
-    for (uint32_t i = 0; i < std::min<uint32_t>(l->block_size, config_.discovery.probe_ports); ++i)
-      candidates.push_back(static_cast<uint16_t>(l->block_first + i));
-    Discovery d;
-    const uint16_t dport = body.value("dport", config_.ports.home_first);
-    if (discover(dest, dport, body["address"].get<std::string>(), candidates, config_.discovery, d, error)) {
-      ports = spread_ports(d, want);
-      if (ports.size() == want) spread = "discovered " + std::to_string(d.paths.size()) + " paths";
-      else ports.clear();
-      paths_.put(PathCache::key(dest, dport, body["address"].get<std::string>()), std::move(d));
-    } else {
-      spdlog::warn("pid {}: discovery to {} failed: {}", c.cred.pid, dest, error);
-    }
-  }
-  if (ports.empty())
-    for (uint32_t i = 0; i < want; ++i) ports.push_back(static_cast<uint16_t>(l->block_first + i));
-
+  for (uint32_t i = 0; i < want; ++i) ports.push_back(static_cast<uint16_t>(l->block_first + i));
   c.provider = true;
   c.traffic_class = traffic_class;
-  c.home_ports.push_back(l->home_port);
-  std::string used;
-  for (uint16_t p : ports) used += (used.empty() ? "" : ",") + std::to_string(p);
-  spdlog::info("pid {} uid {}: home port {}, source ports {}..{} ({}; using {}), class {}", c.cred.pid, c.cred.uid,
-               l->home_port, l->block_first, l->block_first + l->block_size - 1, spread, used, traffic_class);
+  c.leases.push_back({*l, body["address"].get<std::string>()});
+  spdlog::info("pid {} uid {}: home port {}, source ports {}..{} (default {}..{}), class {}", c.cred.pid, c.cred.uid,
+               l->home_port, l->block_first, l->block_first + l->block_size - 1, ports.front(), ports.back(),
+               traffic_class);
   nlohmann::json r = ctl::make(ctl::Type::LeaseOk);
   r["home_port"] = l->home_port;
   r["source_ports"] = ports;
   r["block_first"] = l->block_first;
   r["block_size"] = l->block_size;
-  r["spread"] = spread;
   r["class"] = traffic_class;
   r["policy"] = ctl::policy_to_json(policy_of(traffic_class));
   r["stats_interval_ms"] = config_.stats_interval_ms;
@@ -331,6 +316,45 @@ nlohmann::json Server::paths(const nlohmann::json& body) {
   r.update(to_json(d));
   r["cached"] = false;
   paths_.put(key, std::move(d));
+  return r;
+}
+
+nlohmann::json Server::peer_ports(const Client& c, const nlohmann::json& body) {
+  const uint16_t home_port = body["home_port"].get<uint16_t>();
+  const auto lease = std::find_if(c.leases.begin(), c.leases.end(),
+                                  [&](const Client::Lease& l) { return l.ports.home_port == home_port; });
+  if (lease == c.leases.end())
+    return ctl::make_error("home port " + std::to_string(home_port) + " is not leased on this connection");
+  const std::string dest = body["dest"].get<std::string>();
+  const uint16_t dport = body.value("dport", config_.ports.home_first);
+  const uint32_t want = body["paths"].get<uint32_t>();
+  nlohmann::json r = ctl::make(ctl::Type::PeerPortsOk);
+  r["dest"] = dest;
+  r["spread"] = "hash";
+  r["source_ports"] = nlohmann::json::array();
+  if (!config_.discovery.enabled) return r;
+  // Probes go out from the lease's own block: the ports the context has
+  // bound already cannot be bound here and are skipped, so what comes back
+  // is free for the context to open.
+  std::vector<uint16_t> candidates;
+  for (uint32_t i = 0; i < std::min<uint32_t>(lease->ports.block_size, config_.discovery.probe_ports); ++i)
+    candidates.push_back(static_cast<uint16_t>(lease->ports.block_first + i));
+  Discovery d;
+  std::string error;
+  if (!discover(dest, dport, lease->address, candidates, config_.discovery, d, error)) {
+    spdlog::warn("pid {}: discovery to {} failed: {}", c.cred.pid, dest, error);
+    return r;
+  }
+  const std::vector<uint16_t> ports = spread_ports(d, want);
+  std::string used;
+  for (uint16_t p : ports) used += (used.empty() ? "" : ",") + std::to_string(p);
+  if (ports.size() == want) {
+    r["spread"] = "discovered " + std::to_string(d.paths.size()) + " paths";
+    r["source_ports"] = ports;
+  }
+  spdlog::info("pid {}: home port {} to {}:{}: {} in {:.1f} ms ({})", c.cred.pid, home_port, dest, dport,
+               r["spread"].get<std::string>(), d.elapsed_ms, ports.size() == want ? used : "hash spread");
+  paths_.put(PathCache::key(dest, dport, lease->address), std::move(d));
   return r;
 }
 

@@ -43,7 +43,11 @@ class Server {
     ucred cred{};
     bool provider = false;
     std::string traffic_class;
-    std::vector<uint16_t> home_ports;
+    struct Lease {
+      PortLease ports;
+      std::string address;  // the context's local address
+    };
+    std::vector<Lease> leases;
     uint32_t bad_messages = 0;
   };
 
@@ -54,6 +58,7 @@ class Server {
   void handle(Client& c, const ctl::Message& m);
   nlohmann::json lease(Client& c, const nlohmann::json& body);
   nlohmann::json paths(const nlohmann::json& body);
+  nlohmann::json peer_ports(const Client& c, const nlohmann::json& body);
   nlohmann::json status() const;
   nlohmann::json reload(const Client& c);
   bool reload_config(std::string& error);

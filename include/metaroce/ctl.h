@@ -12,9 +12,13 @@
 // peer can add optional fields without a version bump.
 //
 //   client -> daemon                         daemon -> client
-//   lease  {pid, address, paths?,            lease_ok {home_port, source_ports[],
-//           class?, dest?, dport?}                     policy, stats_interval_ms}
+//   lease  {pid, address, paths?, class?}    lease_ok {home_port, source_ports[],
+//                                                      policy, stats_interval_ms}
 //   (without paths, the daemon's paths_per_connection)
+//   peer_ports {home_port, dest, dport?,     peer_ports_ok {dest, source_ports[],
+//               paths}                                      spread}
+//   (source ports of the lease's block that cover the paths to dest;
+//    none when discovery found no paths: hash spread)
 //   report {home_port, device?, counters{},  (none)
 //           connections[]}
 //   status | stats | reload                  status | stats | ok
@@ -50,6 +54,8 @@ enum class Type {
   Stats,
   Reload,
   Paths,
+  PeerPorts,
+  PeerPortsOk,
   Policy,
   Ok,
   Error,
@@ -58,8 +64,8 @@ enum class Type {
 inline constexpr std::pair<Type, const char*> kTypeNames[] = {
     {Type::Lease, "lease"},   {Type::LeaseOk, "lease_ok"}, {Type::Report, "report"},
     {Type::Status, "status"}, {Type::Stats, "stats"},      {Type::Reload, "reload"},
-    {Type::Paths, "paths"},   {Type::Policy, "policy"},    {Type::Ok, "ok"},
-    {Type::Error, "error"},
+    {Type::Paths, "paths"},   {Type::PeerPorts, "peer_ports"}, {Type::PeerPortsOk, "peer_ports_ok"},
+    {Type::Policy, "policy"}, {Type::Ok, "ok"},            {Type::Error, "error"},
 };
 
 inline const char* to_string(Type type) {
@@ -151,6 +157,18 @@ inline bool get_string(const nlohmann::json& j, const char* key, size_t max_len,
   return true;
 }
 
+// An array of `min`..kMaxPaths ports, each in [1, 65535].
+inline bool get_ports(const nlohmann::json& j, const char* key, size_t min, std::string& error) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_array() || it->size() < min || it->size() > kMaxPaths)
+    return fail(error, std::string("field '") + key + "' must be an array of " + std::to_string(min) + ".." +
+                           std::to_string(kMaxPaths) + " ports");
+  for (const auto& p : *it)
+    if (!p.is_number_unsigned() || p.get<uint64_t>() < 1 || p.get<uint64_t>() > 65535)
+      return fail(error, std::string("field '") + key + "' holds a bad port");
+  return true;
+}
+
 }  // namespace detail
 
 // Reads a policy object; false with `error` on a bad field.
@@ -197,18 +215,12 @@ inline bool validate(Type type, const nlohmann::json& body, std::string& error) 
       return get_uint(body, "pid", 1, INT32_MAX, true, u, error) &&
              get_string(body, "address", 64, true, error) &&
              get_uint(body, "paths", 1, kMaxPaths, false, u, error) &&
-             get_string(body, "class", 64, false, error) && get_string(body, "dest", 64, false, error) &&
-             get_uint(body, "dport", 1, 65535, false, u, error);
+             get_string(body, "class", 64, false, error);
     case Type::LeaseOk: {
       if (!get_uint(body, "home_port", 1, 65535, true, u, error) ||
-          !get_uint(body, "stats_interval_ms", 0, 3'600'000, true, u, error))
+          !get_uint(body, "stats_interval_ms", 0, 3'600'000, true, u, error) ||
+          !get_ports(body, "source_ports", 1, error))
         return false;
-      auto it = body.find("source_ports");
-      if (it == body.end() || !it->is_array() || it->empty() || it->size() > kMaxPaths)
-        return fail(error, "field 'source_ports' must be an array of 1.." + std::to_string(kMaxPaths) + " ports");
-      for (const auto& p : *it)
-        if (!p.is_number_unsigned() || p.get<uint64_t>() < 1 || p.get<uint64_t>() > 65535)
-          return fail(error, "field 'source_ports' holds a bad port");
       Policy policy;
       auto pit = body.find("policy");
       return pit == body.end() ? fail(error, "missing field 'policy'") : policy_from_json(*pit, policy, error);
@@ -242,6 +254,12 @@ inline bool validate(Type type, const nlohmann::json& body, std::string& error) 
         return fail(error, "field 'refresh' must be true or false");
       return get_string(body, "dest", 64, true, error) && get_uint(body, "dport", 1, 65535, false, u, error) &&
              get_string(body, "source", 64, false, error);
+    case Type::PeerPorts:
+      return get_uint(body, "home_port", 1, 65535, true, u, error) && get_string(body, "dest", 64, true, error) &&
+             get_uint(body, "dport", 1, 65535, false, u, error) && get_uint(body, "paths", 1, kMaxPaths, true, u, error);
+    case Type::PeerPortsOk:
+      return get_string(body, "dest", 64, true, error) && get_string(body, "spread", 64, true, error) &&
+             get_ports(body, "source_ports", 0, error);
     case Type::Policy: {
       if (!get_string(body, "class", 64, true, error)) return false;
       Policy policy;

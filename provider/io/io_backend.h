@@ -24,9 +24,13 @@
 
 namespace metaroce::io {
 
+// Path sockets a runtime may open: its defaults plus those chosen for
+// particular peers (a daemon's block is at most 1024 ports).
+inline constexpr size_t kMaxPathSockets = 1024;
+
 struct BackendConfig {
   int home_fd = -1;           // receives everything
-  std::vector<int> path_fds;  // send socket per path
+  std::vector<int> path_fds;  // send sockets; TxBatch socket indexes point here
   int event_fd = -1;          // kick()
   uint32_t rx_slots = 64;
   uint32_t rx_buffer_bytes = kGroBufferBytes;
@@ -80,6 +84,9 @@ class IoBackend {
   virtual TxBatch& tx_batch() = 0;
   // Sends a built batch (io_uring: queued, submitted by the next wait()).
   virtual void send(TxBatch& batch) = 0;
+  // The path sockets after the runtime opened more (`fds` extends the
+  // current list, at most kMaxPathSockets).
+  virtual void set_path_fds(std::vector<int> fds) = 0;
 
   const BackendCounters& counters() const { return counters_; }
 

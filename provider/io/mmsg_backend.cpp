@@ -81,6 +81,9 @@ class MmsgBackend final : public IoBackend {
     }
   }
 
+
+  void set_path_fds(std::vector<int> fds) override { config_.path_fds = std::move(fds); }
+
  private:
   // Sends messages [begin, end) of `batch`, all on one path socket.
   void send_run(TxBatch& batch, uint16_t socket, size_t begin, size_t end) {

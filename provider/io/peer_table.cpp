@@ -79,15 +79,33 @@ bool PeerTable::destination_of(transport::PeerId peer, sockaddr_storage& address
   return true;
 }
 
+bool PeerTable::set_sockets(transport::PeerId peer, std::vector<uint16_t> sockets) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (peer == 0 || peer > entries_.size()) return false;
+  entries_[peer - 1].sockets = std::move(sockets);
+  version_.fetch_add(1, std::memory_order_release);
+  return true;
+}
+
+std::vector<uint16_t> PeerTable::sockets_of(transport::PeerId peer) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (peer == 0 || peer > entries_.size()) return {};
+  return entries_[peer - 1].sockets;
+}
+
 void PeerTable::refresh(View& view) const {
   if (version_.load(std::memory_order_acquire) == view.version_) return;
   std::lock_guard<std::mutex> lock(mutex_);
   view.version_ = version_.load(std::memory_order_relaxed);
   view.sorted_.clear();
   view.destinations_.clear();
+  view.sockets_.clear();
   for (size_t i = 0; i < entries_.size(); ++i) {
-    view.sorted_.push_back({entries_[i].key, static_cast<transport::PeerId>(i + 1)});
-    view.destinations_.push_back({entries_[i].destination, entries_[i].length});
+    const Entry& e = entries_[i];
+    view.sorted_.push_back({e.key, static_cast<transport::PeerId>(i + 1)});
+    view.destinations_.push_back({e.destination, e.length, static_cast<uint32_t>(view.sockets_.size()),
+                                  static_cast<uint16_t>(e.sockets.size())});
+    view.sockets_.insert(view.sockets_.end(), e.sockets.begin(), e.sockets.end());
   }
   std::sort(view.sorted_.begin(), view.sorted_.end(),
             [](const View::Sorted& a, const View::Sorted& b) { return a.key < b.key; });
@@ -111,6 +129,14 @@ const sockaddr_storage* PeerTable::View::destination(transport::PeerId peer, soc
   if (d.length == 0) return nullptr;
   length = d.length;
   return &d.address;
+}
+
+uint16_t PeerTable::View::socket(transport::PeerId peer, uint16_t path, uint16_t default_count) const {
+  if (peer != 0 && peer <= destinations_.size()) {
+    const Destination& d = destinations_[peer - 1];
+    if (d.sockets_count != 0) return sockets_[d.sockets_first + path % d.sockets_count];
+  }
+  return static_cast<uint16_t>(path % std::max<uint16_t>(default_count, 1));
 }
 
 }  // namespace metaroce::io

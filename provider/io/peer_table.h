@@ -5,6 +5,12 @@
 // progress thread works on a private View that it refreshes when the table's
 // version changes, so that per-datagram lookups take no lock and allocate
 // nothing.
+//
+// Each peer may also carry its own path -> source socket map (set_sockets),
+// chosen by path discovery for that destination: ECMP hashes the whole
+// 5-tuple, so the source ports that cover the fabric's paths differ from one
+// destination to the next. Without a map, path i uses the runtime's default
+// socket i % count.
 #pragma once
 
 #include <netinet/in.h>
@@ -49,6 +55,9 @@ class PeerTable {
     // Destination of `peer`; null (and length 0) when unknown or of another
     // family than the sockets.
     const sockaddr_storage* destination(transport::PeerId peer, socklen_t& length) const;
+    // The socket index path `path` of `peer` leaves through; `default_count`
+    // is the number of default sockets (path % default_count without a map).
+    uint16_t socket(transport::PeerId peer, uint16_t path, uint16_t default_count) const;
 
    private:
     friend class PeerTable;
@@ -60,7 +69,10 @@ class PeerTable {
     struct Destination {
       sockaddr_storage address;
       socklen_t length;
+      uint32_t sockets_first;  // into sockets_
+      uint16_t sockets_count;  // 0: default map
     };
+    std::vector<uint16_t> sockets_;
     std::vector<Destination> destinations_;  // index peer - 1
     uint64_t version_ = 0;
     mutable PeerKey last_key_{};
@@ -68,6 +80,13 @@ class PeerTable {
   };
   // Thread-safe. The destination `peer` was added with; false when unknown.
   bool destination_of(transport::PeerId peer, sockaddr_storage& address) const;
+
+  // Thread-safe. Path i of `peer` leaves through socket sockets[i % size]
+  // (indexes into the runtime's path sockets); empty: the default map.
+  // False when the peer is unknown.
+  bool set_sockets(transport::PeerId peer, std::vector<uint16_t> sockets);
+  // Thread-safe. The peer's map (empty: default).
+  std::vector<uint16_t> sockets_of(transport::PeerId peer) const;
 
   // Brings `view` up to date (cheap when nothing changed).
   void refresh(View& view) const;
@@ -77,6 +96,7 @@ class PeerTable {
     PeerKey key;
     sockaddr_storage destination;
     socklen_t length;
+    std::vector<uint16_t> sockets;
   };
   const int family_;
   mutable std::mutex mutex_;

@@ -108,7 +108,8 @@ class RuntimeImpl final : public Runtime {
   }
 
   RuntimeStats stats() const override;
-  std::vector<uint16_t> path_source_ports() const override { return path_ports_; }
+  bool route_peer(transport::PeerId peer, const std::vector<uint16_t>& ports, std::string& error) override;
+  uint16_t source_port(transport::PeerId peer, uint16_t path) const override;
   std::optional<sockaddr_storage> peer_address(transport::PeerId peer) const override {
     sockaddr_storage a{};
     if (!peers_->destination_of(peer, a)) return std::nullopt;
@@ -145,6 +146,10 @@ class RuntimeImpl final : public Runtime {
   };
 
   bool open_home_socket(std::string& error);
+  // Opens a path socket on `port` (0: ephemeral); sockets_mutex_ held.
+  bool open_path_socket(uint16_t port, std::string& error);
+  // Hands the backend the path sockets route_peer() added (progress thread).
+  void sync_path_sockets(IoBackend& io);
   void run(std::promise<std::string>& started);
   void progress_loop(IoBackend& io);
   void deliver(const RxMessage& message, transport::Time now);
@@ -152,8 +157,11 @@ class RuntimeImpl final : public Runtime {
 
   const RuntimeOptions options_;
   Fd home_;
+  // Path sockets: the first path_count_ are the defaults; route_peer() adds more.
+  mutable std::mutex sockets_mutex_;
   std::vector<Fd> paths_;
   std::vector<uint16_t> path_ports_;
+  std::atomic<uint64_t> sockets_version_{0};
   Fd event_fd_;
   sockaddr_storage local_{};
   uint16_t home_port_ = 0;
@@ -174,7 +182,8 @@ class RuntimeImpl final : public Runtime {
   const uint64_t drop_threshold_;
   Counters counters_;
   Shared shared_;
-  transport::Time engine_clock_ = 0;
+  uint64_t synced_sockets_version_ = 0;
+  uint16_t socket_count_ = 0;  // path sockets the backend knows
 };
 
 bool RuntimeImpl::open_home_socket(std::string& error) {
@@ -205,6 +214,74 @@ bool RuntimeImpl::open_home_socket(std::string& error) {
   return false;
 }
 
+bool RuntimeImpl::open_path_socket(uint16_t port, std::string& error) {
+  sockaddr_storage path_address{};
+  make_address(options_.local_address, port, path_address);
+  int bind_errno = 0;
+  Fd fd = open_udp_socket(path_address, options_.socket_buffer_bytes, error, bind_errno);
+  if (!fd.valid()) {
+    error = "path socket: " + error;
+    return false;
+  }
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &len);
+  path_ports_.push_back(ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6&>(bound).sin6_port
+                                                          : reinterpret_cast<sockaddr_in&>(bound).sin_port));
+  paths_.push_back(std::move(fd));
+  return true;
+}
+
+bool RuntimeImpl::route_peer(transport::PeerId peer, const std::vector<uint16_t>& ports, std::string& error) {
+  if (ports.empty() || ports.size() > wire::kMaxPaths) {
+    error = std::to_string(ports.size()) + " source ports for a peer (1 to " + std::to_string(wire::kMaxPaths) + ")";
+    return false;
+  }
+  if (!peer_address(peer)) {
+    error = "unknown peer " + std::to_string(peer);
+    return false;
+  }
+  std::vector<uint16_t> sockets;
+  {
+    std::lock_guard<std::mutex> lock(sockets_mutex_);
+    const size_t before = paths_.size();
+    for (const uint16_t port : ports) {
+      size_t index = 0;
+      while (index < path_ports_.size() && (port == 0 || path_ports_[index] != port)) ++index;
+      if (index == path_ports_.size()) {
+        if (paths_.size() >= kMaxPathSockets) {
+          error = "more than " + std::to_string(kMaxPathSockets) + " path sockets";
+          break;
+        }
+        if (!open_path_socket(port, error)) break;
+      }
+      sockets.push_back(static_cast<uint16_t>(index));
+    }
+    if (paths_.size() != before) sockets_version_.fetch_add(1, std::memory_order_release);
+  }
+  // Published after the sockets: a progress thread that sees the map sees them.
+  return sockets.size() == ports.size() && peers_->set_sockets(peer, std::move(sockets));
+}
+
+uint16_t RuntimeImpl::source_port(transport::PeerId peer, uint16_t path) const {
+  const std::vector<uint16_t> map = peers_->sockets_of(peer);
+  const uint16_t index = map.empty() ? static_cast<uint16_t>(path % path_count_) : map[path % map.size()];
+  std::lock_guard<std::mutex> lock(sockets_mutex_);
+  return index < path_ports_.size() ? path_ports_[index] : 0;
+}
+
+void RuntimeImpl::sync_path_sockets(IoBackend& io) {
+  if (sockets_version_.load(std::memory_order_acquire) == synced_sockets_version_) return;
+  std::vector<int> fds;
+  {
+    std::lock_guard<std::mutex> lock(sockets_mutex_);
+    synced_sockets_version_ = sockets_version_.load(std::memory_order_relaxed);
+    for (const Fd& fd : paths_) fds.push_back(fd.get());
+  }
+  socket_count_ = static_cast<uint16_t>(fds.size());
+  io.set_path_fds(std::move(fds));
+}
+
 bool RuntimeImpl::start(std::string& error) {
   if (!(options_.test_drop_probability >= 0 && options_.test_drop_probability <= 1)) {
     error = "test_drop_probability must be in [0, 1]";
@@ -226,22 +303,9 @@ bool RuntimeImpl::start(std::string& error) {
     return false;
   }
   for (uint16_t i = 0; i < path_count_; ++i) {
-    const uint16_t port = options_.path_source_ports.empty() ? 0 : options_.path_source_ports[i];
-    sockaddr_storage path_address{};
-    make_address(options_.local_address, port, path_address);
-    int bind_errno = 0;
-    Fd fd = open_udp_socket(path_address, options_.socket_buffer_bytes, error, bind_errno);
-    if (!fd.valid()) {
-      error = "path socket: " + error;
-      return false;
-    }
-    sockaddr_storage bound{};
-    socklen_t len = sizeof bound;
-    ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &len);
-    path_ports_.push_back(ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6&>(bound).sin6_port
-                                                            : reinterpret_cast<sockaddr_in&>(bound).sin_port));
-    paths_.push_back(std::move(fd));
+    if (!open_path_socket(options_.path_source_ports.empty() ? 0 : options_.path_source_ports[i], error)) return false;
   }
+  socket_count_ = path_count_;
   gro_ = options_.use_gro && enable_udp_gro(home_.get());
   gso_ = options_.use_gso && udp_gso_supported(paths_.front().get());
 
@@ -269,7 +333,12 @@ void RuntimeImpl::run(std::promise<std::string>& started) {
   (void)prctl(PR_SET_TIMERSLACK, kTimerSlackNs);
   BackendConfig config;
   config.home_fd = home_.get();
-  for (const Fd& fd : paths_) config.path_fds.push_back(fd.get());
+  {
+    std::lock_guard<std::mutex> lock(sockets_mutex_);
+    for (const Fd& fd : paths_) config.path_fds.push_back(fd.get());
+    socket_count_ = static_cast<uint16_t>(paths_.size());
+    synced_sockets_version_ = sockets_version_.load();
+  }
   config.event_fd = event_fd_.get();
   config.rx_slots = gro_ ? 64 : 256;
   config.rx_buffer_bytes = gro_ ? kGroBufferBytes : static_cast<uint32_t>(std::max<size_t>(max_datagram_, 2048));
@@ -304,15 +373,14 @@ void RuntimeImpl::progress_loop(IoBackend& io) {
     // move the received messages while we hold a view of them.
     TxBatch& batch = io.tx_batch();
     const std::span<const RxMessage> received = io.receive();
-    transport::Time real = 0;
     transport::Time clock = 0;
     transport::Time next = transport::kNever;
     {
       std::lock_guard<std::mutex> lock(engine_mutex_);
-      real = Runtime::now();
-      // The engine's clock never goes backwards.
-      clock = std::max(real, engine_clock_);
+      clock = Runtime::now();
+      // The view first: a peer map it holds names sockets already published.
       peers_->refresh(view_);
+      sync_path_sockets(io);
       for (const RxMessage& message : received) deliver(message, clock);
       if (engine_->next_wakeup() <= clock) engine_->on_timer(clock);
       while (!batch.full()) {
@@ -320,13 +388,12 @@ void RuntimeImpl::progress_loop(IoBackend& io) {
         if (!datagram) break;
         batch.commit(datagram->peer, datagram->path_id, datagram->length);
       }
-      engine_clock_ = clock;
       next = engine_->next_wakeup();
     }
     io.release_received();
     const bool worked = !received.empty() || batch.size() > 0;
     if (batch.size() > 0) {
-      batch.build(view_, path_count_, io.gso(), counters_.unroutable);
+      batch.build(view_, path_count_, socket_count_, io.gso(), counters_.unroutable);
       io.send(batch);
     }
     if (batch.full()) {
@@ -334,7 +401,7 @@ void RuntimeImpl::progress_loop(IoBackend& io) {
     } else if (next == transport::kNever) {
       deadline = transport::kNever;
     } else if (!worked && next <= clock) {
-      deadline = real + kStaleWakeupSleepNs;  // never spin on a stale wakeup time
+      deadline = clock + kStaleWakeupSleepNs;  // never spin on a stale wakeup time
     } else {
       deadline = next;
     }

@@ -7,6 +7,10 @@
 // progress while the application does nothing. One Runtime per device
 // context.
 //
+// Path sockets: `paths` default sockets (ephemeral ports, or the ports a
+// daemon leased), used by every peer unless route_peer() gave it its own
+// source ports (chosen by path discovery for that destination).
+//
 // Threading: the engine is not thread-safe; every access goes through
 // with_engine(), which holds the runtime's lock. The progress thread takes the
 // same lock for each batch of datagrams and timers.
@@ -108,10 +112,16 @@ class Runtime {
   virtual void set_completion_listener(std::function<void(uint32_t cq)> listener) = 0;
 
   virtual RuntimeStats stats() const = 0;
-  // Added for metaroced's statistics: the source port of each path socket,
-  // and the address (IP + home port) a peer id stands for.
-  virtual std::vector<uint16_t> path_source_ports() const { return {}; }
-  virtual std::optional<sockaddr_storage> peer_address(transport::PeerId) const { return std::nullopt; }
+  // Added for path discovery: path i of `peer` leaves from source port
+  // ports[i % size] (opening sockets for ports not open yet) instead of the
+  // default sockets. Meant for before the first packet to the peer (a path
+  // that changes its source port mid-transfer changes its route). False, with
+  // `error`, when a port cannot be bound or the peer is unknown.
+  virtual bool route_peer(transport::PeerId peer, const std::vector<uint16_t>& ports, std::string& error) = 0;
+  // The source port path `path` of `peer` leaves from.
+  virtual uint16_t source_port(transport::PeerId peer, uint16_t path) const = 0;
+  // The address (IP + home port) a peer id stands for.
+  virtual std::optional<sockaddr_storage> peer_address(transport::PeerId) const = 0;
   // CLOCK_MONOTONIC in nanoseconds.
   static transport::Time now();
 

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "metaroce/wire.h"
 
 namespace metaroce::io {
 
@@ -19,28 +18,32 @@ TxBatch::TxBatch(uint32_t capacity, uint32_t slot_bytes)
       destinations_(new sockaddr_storage[capacity_]()),
       controls_(new Control[capacity_]()),
       info_(new MessageInfo[capacity_]) {
-  bucket_.reserve(wire::kMaxPaths + 1);
 }
 
-void TxBatch::build(const PeerTable::View& peers, uint16_t path_sockets, bool gso, uint64_t& unroutable) {
+void TxBatch::build(const PeerTable::View& peers, uint16_t default_sockets, uint16_t socket_count, bool gso,
+                    uint64_t& unroutable) {
   message_count_ = 0;
   const size_t n = count_;
   if (n == 0) return;
-  if (path_sockets == 0) path_sockets = 1;
-  if (path_sockets > wire::kMaxPaths) path_sockets = wire::kMaxPaths;
+  socket_count = std::max<uint16_t>(socket_count, 1);
 
-  // Stable counting sort of the datagrams by path socket.
-  bucket_.assign(size_t{path_sockets} + 1, 0);
-  for (size_t i = 0; i < n; ++i) ++bucket_[entries_[i].path % path_sockets + 1];
-  for (size_t s = 1; s <= path_sockets; ++s) bucket_[s] += bucket_[s - 1];
-  for (size_t i = 0; i < n; ++i) order_[bucket_[entries_[i].path % path_sockets]++] = static_cast<uint32_t>(i);
+  // Stable counting sort of the datagrams by socket.
+  bucket_.assign(size_t{socket_count} + 1, 0);
+  for (size_t i = 0; i < n; ++i) {
+    Entry& e = entries_[i];
+    e.socket = peers.socket(e.peer, e.path, default_sockets);
+    if (e.socket >= socket_count) e.socket = static_cast<uint16_t>(e.path % std::max<uint16_t>(default_sockets, 1));
+    ++bucket_[e.socket + 1];
+  }
+  for (size_t s = 1; s <= socket_count; ++s) bucket_[s] += bucket_[s - 1];
+  for (size_t i = 0; i < n; ++i) order_[bucket_[entries_[i].socket]++] = static_cast<uint32_t>(i);
 
   size_t iov = 0;
   size_t k = 0;
   while (k < n) {
     const uint32_t head_index = order_[k];
     const Entry& head = entries_[head_index];
-    const uint16_t socket = static_cast<uint16_t>(head.path % path_sockets);
+    const uint16_t socket = head.socket;
     socklen_t length = 0;
     const sockaddr_storage* destination = peers.destination(head.peer, length);
     if (destination == nullptr) {
@@ -56,7 +59,7 @@ void TxBatch::build(const PeerTable::View& peers, uint16_t path_sockets, bool gs
     if (gso) {
       while (j < n) {
         const Entry& e = entries_[order_[j]];
-        if (e.path % path_sockets != socket || e.peer != head.peer || e.length > head.length) break;
+        if (e.socket != socket || e.peer != head.peer || e.length > head.length) break;
         if (segments == kMaxGsoSegments || bytes + e.length > kMaxGsoBytes) break;
         iovecs_[iov++] = {slot(order_[j]), e.length};
         ++segments;

@@ -49,13 +49,15 @@ class TxBatch {
   // Where the next datagram goes (slot_bytes long); requires !full().
   std::span<uint8_t> next_slot() { return {slot(count_), slot_bytes_}; }
   void commit(transport::PeerId peer, uint16_t path, uint32_t length) {
-    entries_[count_++] = {peer, path, length};
+    entries_[count_++] = {peer, path, length, 0};
   }
 
-  // Builds the send messages (see the rules above). Path ids map onto the
-  // `path_sockets` sockets modulo their count. Datagrams for a peer without a
-  // usable destination are left out and counted in `unroutable`.
-  void build(const PeerTable::View& peers, uint16_t path_sockets, bool gso, uint64_t& unroutable);
+  // Builds the send messages (see the rules above). Each datagram's socket
+  // is peers.socket(peer, path, default_sockets), below `socket_count`.
+  // Datagrams for a peer without a usable destination are left out and
+  // counted in `unroutable`.
+  void build(const PeerTable::View& peers, uint16_t default_sockets, uint16_t socket_count, bool gso,
+             uint64_t& unroutable);
 
   size_t message_count() const { return message_count_; }
   // Contiguous; messages of one path socket are adjacent.
@@ -70,6 +72,7 @@ class TxBatch {
     transport::PeerId peer;
     uint16_t path;
     uint32_t length;
+    uint16_t socket;  // set by build()
   };
   struct alignas(8) Control {
     uint8_t bytes[kTxControlBytes];

@@ -118,12 +118,13 @@ class UringBackend final : public IoBackend {
       reason = "io_uring lacks SENDMSG/RECVMSG/READ";
       return false;
     }
-    // Registered files spare the per-request file lookup; optional.
-    std::vector<int> files;
-    files.push_back(config_.home_fd);
-    files.push_back(config_.event_fd);
-    for (const int fd : config_.path_fds) files.push_back(fd);
-    fixed_files_ = io_uring_register_files(&ring_, files.data(), static_cast<unsigned>(files.size())) == 0;
+    // Registered files spare the per-request file lookup; optional. The
+    // table is sparse, with room for every path socket added later.
+    if (io_uring_register_files_sparse(&ring_, static_cast<unsigned>(2 + kMaxPathSockets)) == 0) {
+      const int head[2] = {config_.home_fd, config_.event_fd};
+      fixed_files_ = io_uring_register_files_update(&ring_, 0, head, 2) == 2;
+      if (fixed_files_) register_path_files();
+    }
 
     provided_ = std::make_unique<ProvidedBuffers>(config_.rx_slots, config_.rx_buffer_bytes);
     if (provided_->register_with(ring_, kBufferGroup) == 0) {
@@ -233,8 +234,8 @@ class UringBackend final : public IoBackend {
     for (size_t i = 0; i < batch.message_count(); ++i) {
       io_uring_sqe* sqe = get_sqe();
       const uint16_t socket = batch.info(i).socket;
-      if (fixed_files_) {
-        io_uring_prep_sendmsg(sqe, 2 + socket, &messages[i].msg_hdr, 0);
+      if (socket < registered_paths_) {
+        io_uring_prep_sendmsg(sqe, static_cast<int>(2 + socket), &messages[i].msg_hdr, 0);
         sqe->flags |= IOSQE_FIXED_FILE;
       } else {
         io_uring_prep_sendmsg(sqe, config_.path_fds[socket], &messages[i].msg_hdr, 0);
@@ -244,6 +245,11 @@ class UringBackend final : public IoBackend {
       ++pending_sends_;
     }
     current_ = (arena + 1) % kArenas;
+  }
+
+  void set_path_fds(std::vector<int> fds) override {
+    config_.path_fds = std::move(fds);
+    if (fixed_files_) register_path_files();
   }
 
  private:
@@ -256,6 +262,17 @@ class UringBackend final : public IoBackend {
       sqe = io_uring_get_sqe(&ring_);
     }
     return sqe;
+  }
+
+  // Registers the path sockets not registered yet; those beyond the table
+  // (or refused) are used by descriptor.
+  void register_path_files() {
+    const size_t count = std::min(config_.path_fds.size(), kMaxPathSockets);
+    if (count <= registered_paths_) return;
+    const unsigned added = static_cast<unsigned>(count - registered_paths_);
+    if (io_uring_register_files_update(&ring_, static_cast<unsigned>(2 + registered_paths_),
+                                       config_.path_fds.data() + registered_paths_, added) == static_cast<int>(added))
+      registered_paths_ = count;
   }
 
   void arm_multishot() {
@@ -386,7 +403,8 @@ class UringBackend final : public IoBackend {
   BackendConfig config_;
   io_uring ring_{};
   bool ring_ready_ = false;
-  bool fixed_files_ = false;
+  bool fixed_files_ = false;      // home and event fds registered (slots 0, 1)
+  size_t registered_paths_ = 0;   // path sockets [0, n) registered at slot 2 + i
   bool shutting_down_ = false;
   std::unique_ptr<ProvidedBuffers> provided_;  // multishot mode
   bool multishot_armed_ = false;

@@ -3,6 +3,7 @@
 // A device context: one io::Runtime (UDP sockets, progress thread, engine)
 // with its options from the environment or metaroce_dv_options, the ops
 // table handed to libibverbs, and the device/port/GID queries.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <net/if.h>
 #include <sys/socket.h>
@@ -80,12 +81,10 @@ struct Options {
   // 100 Gb/s on a slower link fills socket buffers with milliseconds of
   // queue, longer than the RTO.
   uint64_t link_bps = 0;
-  // metaroced: whether to ask it for ports and policy, the traffic class,
-  // and the peer (IP[:home port]) it may discover paths to.
+  // metaroced: whether to ask it for ports, paths and policy, and the
+  // traffic class.
   bool use_daemon = true;
   std::string traffic_class;
-  std::string daemon_peer;
-  uint16_t daemon_peer_port = 0;
 };
 
 bool parse_unsigned(const char* text, unsigned long min, unsigned long max, unsigned long& out) {
@@ -155,16 +154,6 @@ bool options_from_env(Options& o) {
   if (const char* s = std::getenv("METAROCE_TRAFFIC_CLASS")) {
     if (!*s || std::strlen(s) > 64) return bad_env("METAROCE_TRAFFIC_CLASS", s);
     o.traffic_class = s;
-  }
-  if (const char* s = std::getenv("METAROCE_DAEMON_PEER")) {
-    const std::string text = s;
-    const size_t colon = text.find(':');
-    o.daemon_peer = text.substr(0, colon);
-    if (colon != std::string::npos) {
-      if (!parse_unsigned(text.c_str() + colon + 1, 1, 65535, v)) return bad_env("METAROCE_DAEMON_PEER", s);
-      o.daemon_peer_port = static_cast<uint16_t>(v);
-    }
-    if (o.daemon_peer.empty() || o.daemon_peer.size() > 64) return bad_env("METAROCE_DAEMON_PEER", s);
   }
   if (const char* s = std::getenv("METAROCE_POLL_YIELD")) {
     if (!parse_unsigned(s, 0, 1'000'000'000, v)) return bad_env("METAROCE_POLL_YIELD", s);
@@ -258,7 +247,7 @@ std::unique_ptr<io::Runtime> start_with_daemon(const Device& device, const Optio
   // lease again (the daemon never hands out the same port twice in a row).
   for (int attempt = 0; attempt < 4; ++attempt) {
     std::optional<DaemonLease> lease = daemon->lease(device.address_text, o.paths_explicit ? o.paths : 0,
-                                                     o.traffic_class, o.daemon_peer, o.daemon_peer_port, why);
+                                                     o.traffic_class, why);
     if (!lease) break;
     if (lease->home_port < kHomePortBase || lease->home_port >= kHomePortBase + kHomePortCount) {
       why = "leased home port " + std::to_string(lease->home_port) + " is outside [4792, 8888)";
@@ -363,6 +352,32 @@ void Context::on_completion(uint32_t cq) {
     const uint64_t handle = reinterpret_cast<uintptr_t>(&c->ibv);
     (void)!::write(c->event_fd, &handle, sizeof handle);
   }
+}
+
+void Context::route_peer(transport::PeerId peer, const sockaddr_storage& address) {
+  if (!daemon || peer == 0) return;
+  std::lock_guard<std::mutex> lock(routing_mutex);  // a second QP to the peer waits for the first's ports
+  if (!routed_peers.insert(peer).second) return;
+  char ip[INET6_ADDRSTRLEN] = {};
+  uint16_t port = 0;
+  if (address.ss_family == AF_INET) {
+    const auto& v4 = reinterpret_cast<const sockaddr_in&>(address);
+    inet_ntop(AF_INET, &v4.sin_addr, ip, sizeof ip);
+    port = ntohs(v4.sin_port);
+  } else {
+    const auto& v6 = reinterpret_cast<const sockaddr_in6&>(address);
+    inet_ntop(AF_INET6, &v6.sin6_addr, ip, sizeof ip);
+    port = ntohs(v6.sin6_port);
+  }
+  std::string error;
+  const std::optional<PeerPorts> ports = daemon->peer_ports(home_port, ip, port, paths, error);
+  if (!ports) {
+    warn_once("metaroced gave no source ports for " + std::string(ip) + " (" + error + "); using the default ports");
+    return;
+  }
+  if (!ports->source_ports.empty() && !runtime->route_peer(peer, ports->source_ports, error))
+    warn_once("cannot use the source ports metaroced discovered for " + std::string(ip) + " (" + error +
+              "); using the default ports");
 }
 
 verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data) {

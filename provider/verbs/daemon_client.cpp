@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -102,15 +103,12 @@ bool DaemonClient::send(const nlohmann::json& message) {
 }
 
 std::optional<DaemonLease> DaemonClient::lease(const std::string& address, uint16_t paths,
-                                               const std::string& traffic_class, const std::string& dest,
-                                               uint16_t dport, std::string& error) {
+                                               const std::string& traffic_class, std::string& error) {
   nlohmann::json req = ctl::make(ctl::Type::Lease);
   req["pid"] = ::getpid();
   req["address"] = address;
   if (paths) req["paths"] = paths;
   if (!traffic_class.empty()) req["class"] = traffic_class;
-  if (!dest.empty()) req["dest"] = dest;
-  if (dport) req["dport"] = dport;
   if (!send(req)) {
     error = std::string("send to metaroced: ") + std::strerror(errno);
     return std::nullopt;
@@ -135,7 +133,6 @@ std::optional<DaemonLease> DaemonClient::lease(const std::string& address, uint1
     l.home_port = m->body["home_port"].get<uint16_t>();
     l.source_ports = m->body["source_ports"].get<std::vector<uint16_t>>();
     l.stats_interval_ms = m->body["stats_interval_ms"].get<uint32_t>();
-    l.spread = m->body.value("spread", "");
     if (!ctl::policy_from_json(m->body["policy"], l.policy, error)) return std::nullopt;
     if (l.source_ports.size() < std::max<size_t>(paths, 1) || l.source_ports.size() > ctl::kMaxPaths) {
       error = "metaroced leased " + std::to_string(l.source_ports.size()) + " source ports for " +
@@ -144,6 +141,50 @@ std::optional<DaemonLease> DaemonClient::lease(const std::string& address, uint1
     }
     return l;
   }
+}
+
+std::optional<PeerPorts> DaemonClient::peer_ports(uint16_t home_port, const std::string& dest, uint16_t dport,
+                                                  uint16_t paths, std::string& error) {
+  std::lock_guard<std::mutex> call(call_mutex_);
+  std::unique_lock<std::mutex> lock(reply_mutex_);
+  if (closed_ || !thread_.joinable()) {
+    error = "not connected to metaroced";
+    return std::nullopt;
+  }
+  nlohmann::json req = ctl::make(ctl::Type::PeerPorts);
+  req["home_port"] = home_port;
+  req["dest"] = dest;
+  req["dport"] = dport;
+  req["paths"] = paths;
+  reply_.reset();
+  awaiting_reply_ = true;
+  if (!send(req)) {
+    awaiting_reply_ = false;
+    error = std::string("send to metaroced: ") + std::strerror(errno);
+    return std::nullopt;
+  }
+  const bool answered = reply_ready_.wait_for(lock, std::chrono::milliseconds(kReplyTimeoutMs),
+                                              [&] { return reply_.has_value() || closed_; });
+  awaiting_reply_ = false;
+  if (!answered || !reply_) {
+    error = answered ? "metaroced closed the connection" : "no answer from metaroced";
+    return std::nullopt;
+  }
+  const ctl::Message m = std::move(*reply_);
+  reply_.reset();
+  if (m.type == ctl::Type::Error) {
+    error = "metaroced: " + m.body["message"].get<std::string>();
+    return std::nullopt;
+  }
+  PeerPorts p;
+  p.source_ports = m.body["source_ports"].get<std::vector<uint16_t>>();
+  p.spread = m.body["spread"].get<std::string>();
+  if (!p.source_ports.empty() && p.source_ports.size() != paths) {
+    error = "metaroced gave " + std::to_string(p.source_ports.size()) + " source ports for " + std::to_string(paths) +
+            " paths";
+    return std::nullopt;
+  }
+  return p;
 }
 
 void DaemonClient::attach(io::Runtime* runtime, std::string device, uint32_t stats_interval_ms,
@@ -163,6 +204,14 @@ void DaemonClient::apply(const ctl::Policy& policy) {
 
 void DaemonClient::run() {
   pthread_setname_np(pthread_self(), "metaroce-ctl");
+  struct Closed {  // wakes a waiting peer_ports() whichever way the loop ends
+    DaemonClient* client;
+    ~Closed() {
+      std::lock_guard<std::mutex> lock(client->reply_mutex_);
+      client->closed_ = true;
+      client->reply_ready_.notify_all();
+    }
+  } closed{this};
   const auto interval = std::chrono::milliseconds(stats_interval_ms_);
   auto next_report = std::chrono::steady_clock::now() + interval;
   for (;;) {
@@ -183,6 +232,12 @@ void DaemonClient::run() {
       if (m && m->type == ctl::Type::Policy) {
         ctl::Policy p;
         if (ctl::policy_from_json(m->body["policy"], p, error)) apply(p);
+      } else if (m && (m->type == ctl::Type::PeerPortsOk || m->type == ctl::Type::Error)) {
+        std::lock_guard<std::mutex> lock(reply_mutex_);
+        if (awaiting_reply_) {
+          reply_ = std::move(m);
+          reply_ready_.notify_all();
+        }
       }
     }
     if (stats_interval_ms_ && std::chrono::steady_clock::now() >= next_report) {
@@ -196,7 +251,6 @@ void DaemonClient::report() {
   nlohmann::json m = ctl::make(ctl::Type::Report);
   m["home_port"] = runtime_->home_port();
   m["device"] = device_;
-  const std::vector<uint16_t> ports = runtime_->path_source_ports();
   const io::RuntimeStats io = runtime_->stats();
   std::vector<std::pair<transport::PeerId, std::vector<transport::PathSnapshot>>> conns;
   nlohmann::json counters;
@@ -228,7 +282,7 @@ void DaemonClient::report() {
     for (const transport::PathSnapshot& s : snaps) {
       nlohmann::json p;
       p["path"] = s.path_id;
-      p["source_port"] = s.path_id < ports.size() ? ports[s.path_id] : 0;
+      p["source_port"] = runtime_->source_port(peer, s.path_id);
       p["state"] = transport::to_string(s.health);
       p["packets"] = s.packets_sent;
       p["bytes"] = s.bytes_sent;

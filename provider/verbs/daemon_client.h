@@ -2,14 +2,16 @@
 //
 // A provider context's link to metaroced (include/metaroce/ctl.h): it leases
 // the context's home port and source ports, then a small thread applies
-// congestion policies the daemon pushes to the running engine and reports
-// the engine's counters every stats interval. The connection stays open for
+// congestion policies the daemon pushes to the running engine, reports the
+// engine's counters every stats interval, and hands peer_ports() its answer. The connection stays open for
 // the context's lifetime: when it closes (the context is freed, or the
 // process dies, even by SIGKILL) the daemon takes the ports back.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <string>
@@ -26,7 +28,11 @@ struct DaemonLease {
   std::vector<uint16_t> source_ports;
   ctl::Policy policy;
   uint32_t stats_interval_ms = 0;
-  std::string spread;  // "hash" or "discovered N paths"
+};
+
+struct PeerPorts {
+  std::vector<uint16_t> source_ports;  // empty: discovery found no paths (hash spread)
+  std::string spread;                  // "hash" or "discovered N paths"
 };
 
 class DaemonClient {
@@ -38,10 +44,15 @@ class DaemonClient {
 
   // Asks for a home port and `paths` source ports (0: as many as the daemon
   // is configured to give) for a context on `address`.
-  // `dest`/`dport` (optional) name the peer so that the daemon can choose
-  // ports that cover the paths to it.
   std::optional<DaemonLease> lease(const std::string& address, uint16_t paths, const std::string& traffic_class,
-                                   const std::string& dest, uint16_t dport, std::string& error);
+                                   std::string& error);
+
+  // After attach(): asks for `paths` source ports of this lease's block that
+  // cover the fabric's paths to `dest`:`dport` (the daemon discovers them;
+  // this blocks for that long). Nullopt, with `error`, when the daemon
+  // refuses or is gone.
+  std::optional<PeerPorts> peer_ports(uint16_t home_port, const std::string& dest, uint16_t dport, uint16_t paths,
+                                      std::string& error);
 
   // Starts the thread that applies pushed policies to `runtime` and reports
   // its counters. `runtime` must outlive this client. A policy is applied on
@@ -66,6 +77,14 @@ class DaemonClient {
   double baseline_rate_hint_ = 0;
   std::optional<ctl::Policy> pending_policy_;  // pushed before attach()
   std::thread thread_;
+
+  // peer_ports(): one request at a time; the thread hands over the answer.
+  std::mutex call_mutex_;
+  std::mutex reply_mutex_;
+  std::condition_variable reply_ready_;
+  bool awaiting_reply_ = false;
+  bool closed_ = false;  // the thread has stopped reading
+  std::optional<ctl::Message> reply_;
 };
 
 // Applies a daemon policy, over `baseline`, to the engine of a running runtime.

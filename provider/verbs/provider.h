@@ -18,6 +18,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "ibverbs_private.h"
@@ -161,6 +162,14 @@ struct Context {
     return runtime->with_engine([&](transport::Endpoint& e, transport::Time) { return fn(e); });
   }
   void on_completion(uint32_t cq);  // progress thread, engine lock held
+
+  // When a QP goes to RTR: a peer seen for the first time gets the source
+  // ports metaroced discovered for the paths to it (without a daemon, or
+  // when discovery finds nothing, it keeps the default ports). Blocks for
+  // the discovery; the first QP to a peer pays it once.
+  void route_peer(transport::PeerId peer, const sockaddr_storage& address);
+  std::mutex routing_mutex;
+  std::unordered_set<transport::PeerId> routed_peers;
 };
 
 struct ContextAlloc {

@@ -387,6 +387,7 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
       return EINVAL;
     }
     const transport::PeerId peer = ctx->runtime->peer_for(peer_addr);
+    ctx->route_peer(peer, peer_addr);
     config = qp->config;
     r = ctx->engine([&](transport::Endpoint& e) {
       return e.modify_qp_to_rtr(qp->qpn, peer, attr->dest_qp_num, config);

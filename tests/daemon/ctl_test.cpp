@@ -29,13 +29,28 @@ TEST(Ctl, RoundTripsEveryRequest) {
   lease["pid"] = 42;
   lease["address"] = "10.0.0.1";
   lease["paths"] = 4;
-  lease["dest"] = "10.0.0.2";
-  lease["dport"] = 4792;
   std::string error;
   auto m = parse(encode(lease), error);
   ASSERT_TRUE(m) << error;
   EXPECT_EQ(m->type, Type::Lease);
   EXPECT_EQ(m->body["paths"], 4);
+
+  nlohmann::json ports = make(Type::PeerPorts);
+  ports["home_port"] = 4800;
+  ports["dest"] = "10.0.0.2";
+  ports["dport"] = 4792;
+  ports["paths"] = 4;
+  m = parse(encode(ports), error);
+  ASSERT_TRUE(m) << error;
+  EXPECT_EQ(m->type, Type::PeerPorts);
+
+  nlohmann::json answer = make(Type::PeerPortsOk);
+  answer["dest"] = "10.0.0.2";
+  answer["spread"] = "hash";
+  answer["source_ports"] = nlohmann::json::array();  // none: discovery found no paths
+  m = parse(encode(answer), error);
+  ASSERT_TRUE(m) << error;
+  EXPECT_EQ(m->type, Type::PeerPortsOk);
 }
 
 TEST(Ctl, RefusesMalformedMessages) {
@@ -55,7 +70,13 @@ TEST(Ctl, RefusesBadFields) {
   EXPECT_NE(refusal(R"({"v":1,"type":"lease","pid":1,"address":"a","paths":65})").find("out of range"), std::string::npos);
   EXPECT_NE(refusal(R"({"v":1,"type":"lease","pid":1,"address":"a","paths":0})").find("out of range"), std::string::npos);
   EXPECT_NE(refusal(R"({"v":1,"type":"lease","pid":1,"address":7,"paths":4})").find("string"), std::string::npos);
-  EXPECT_NE(refusal(R"({"v":1,"type":"lease","pid":1,"address":"a","paths":4,"dport":70000})").find("dport"),
+  EXPECT_NE(refusal(R"({"v":1,"type":"peer_ports","home_port":4800,"dest":"a","paths":4,"dport":70000})")
+                .find("dport"),
+            std::string::npos);
+  EXPECT_NE(refusal(R"({"v":1,"type":"peer_ports","home_port":4800,"dest":"a"})").find("missing field 'paths'"),
+            std::string::npos);
+  EXPECT_NE(refusal(R"({"v":1,"type":"peer_ports_ok","dest":"a","spread":"x","source_ports":[1,0]})")
+                .find("bad port"),
             std::string::npos);
   EXPECT_NE(refusal(R"({"v":1,"type":"paths","dest":"x","refresh":"yes"})").find("refresh"), std::string::npos);
   EXPECT_NE(refusal(R"({"v":1,"type":"report","home_port":4792,"counters":{"a":"b"},"connections":[]})").find("counter"),

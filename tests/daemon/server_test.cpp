@@ -330,6 +330,45 @@ block_size = 64
   EXPECT_TRUE(d.alive());
 }
 
+json peer_ports_request(int home_port) {
+  json r = ctl::make(ctl::Type::PeerPorts);
+  r["home_port"] = home_port;
+  r["dest"] = "127.0.0.1";
+  r["dport"] = 4792;
+  r["paths"] = 4;
+  return r;
+}
+
+TEST(Metaroced, PeerPortsNeedTheConnectionsOwnLeaseAndSayHashWhenNothingIsDiscovered) {
+  std::string config = kConfig;
+  config.replace(config.find("enabled = false"), 15, "enabled = true\ntimeout_ms = 50");
+  Daemon d(config);
+  const int fd = connect_to(d.socket());
+  const int other = connect_to(d.socket());
+  ASSERT_GE(fd, 0);
+  ASSERT_GE(other, 0);
+  EXPECT_NE(error_of(fd, ctl::encode(peer_ports_request(4792))).find("is not leased on this connection"),
+            std::string::npos);
+  ASSERT_TRUE(send_raw(fd, ctl::encode(lease_request(::getpid()))));
+  auto lease = receive(fd);
+  ASSERT_TRUE(lease && lease->type == ctl::Type::LeaseOk);
+  const int home = lease->body["home_port"].get<int>();
+  // Another connection cannot use this lease's block.
+  EXPECT_NE(error_of(other, ctl::encode(peer_ports_request(home))).find("is not leased on this connection"),
+            std::string::npos);
+  // Over loopback no router answers: no ports, "hash".
+  ASSERT_TRUE(send_raw(fd, ctl::encode(peer_ports_request(home))));
+  auto m = receive(fd);
+  ASSERT_TRUE(m);
+  ASSERT_EQ(m->type, ctl::Type::PeerPortsOk) << m->body.dump();
+  EXPECT_EQ(m->body["spread"], "hash");
+  EXPECT_TRUE(m->body["source_ports"].empty());
+  EXPECT_EQ(m->body["dest"], "127.0.0.1");
+  ::close(fd);
+  ::close(other);
+  EXPECT_TRUE(d.alive());
+}
+
 TEST(Metaroced, ALeaseWithoutPathsGetsTheConfiguredNumber) {
   std::string config = kConfig;
   config.replace(config.find("block_size = 64"), 15, "block_size = 64\npaths_per_connection = 6");

@@ -10,6 +10,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -308,6 +309,115 @@ void run_drop_test(bool io_uring) {
 
 TEST(IoRuntime, SurvivesDropsOverIoUring) { run_drop_test(true); }
 TEST(IoRuntime, SurvivesDropsOverFallback) { run_drop_test(false); }
+
+// --- per-peer source ports (route_peer) ---------------------------------------
+
+struct UdpSink {
+  int fd = -1;
+  sockaddr_storage address{};
+  UdpSink() {
+    fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    auto& a = reinterpret_cast<sockaddr_in&>(address);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof address;
+    EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(sockaddr_in)), 0);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &len);
+  }
+  ~UdpSink() { ::close(fd); }
+  uint16_t port() const { return ntohs(reinterpret_cast<const sockaddr_in&>(address).sin_port); }
+
+  // Source ports of the next `count` datagrams (fewer after `limit`).
+  std::multiset<uint16_t> source_ports(size_t count, std::chrono::seconds limit) {
+    std::multiset<uint16_t> seen;
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    uint8_t buffer[65536];
+    while (seen.size() < count && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 100) != 1) continue;
+      sockaddr_in from{};
+      socklen_t len = sizeof from;
+      if (::recvfrom(fd, buffer, sizeof buffer, 0, reinterpret_cast<sockaddr*>(&from), &len) > 0)
+        seen.insert(ntohs(from.sin_port));
+    }
+    return seen;
+  }
+};
+
+// Two distinct ports the kernel had free a moment ago.
+std::vector<uint16_t> free_ports() {
+  UdpSink a, b;
+  return {a.port(), b.port()};
+}
+
+// Sends one 64 KiB WRITE to `peer` (nobody answers; the packets are what counts).
+void write_to(Runtime& runtime, transport::PeerId peer, std::vector<uint8_t>& buffer) {
+  runtime.with_engine([&](Endpoint& e, Time) {
+    const uint32_t cq = e.create_cq(64);
+    const uint32_t qp = e.create_qp(1, cq, cq, qp_config());
+    const auto key = e.memory().register_region(1, reinterpret_cast<uintptr_t>(buffer.data()), buffer.size(),
+                                                transport::kAccessLocalWrite);
+    ASSERT_TRUE(key.has_value());
+    ASSERT_EQ(e.modify_qp_to_init(qp), transport::PostResult::Ok);
+    ASSERT_EQ(e.modify_qp_to_rtr(qp, peer, 1, qp_config()), transport::PostResult::Ok);
+    ASSERT_EQ(e.modify_qp_to_rts(qp), transport::PostResult::Ok);
+    transport::SendWr wr;
+    wr.opcode = transport::WrOpcode::RdmaWrite;
+    wr.num_sge = 1;
+    wr.sg[0] = {reinterpret_cast<uintptr_t>(buffer.data()), static_cast<uint32_t>(buffer.size()), *key};
+    wr.remote_addr = 0x1000;
+    wr.rkey = 1;
+    ASSERT_EQ(e.post_send(qp, wr), transport::PostResult::Ok);
+  });
+}
+
+void run_routed_peer_test(bool io_uring) {
+  std::unique_ptr<Runtime> runtime = make_runtime(test_options(io_uring, false));
+  ASSERT_TRUE(runtime);
+  UdpSink routed, plain;
+  const std::vector<uint16_t> ports = free_ports();
+  const transport::PeerId routed_peer = runtime->peer_for(routed.address);
+  const transport::PeerId plain_peer = runtime->peer_for(plain.address);
+  std::string error;
+  ASSERT_TRUE(runtime->route_peer(routed_peer, ports, error)) << error;
+  std::set<uint16_t> defaults;
+  for (uint16_t path = 0; path < 4; ++path) {
+    EXPECT_EQ(runtime->source_port(routed_peer, path), ports[path % 2]);
+    defaults.insert(runtime->source_port(plain_peer, path));
+  }
+  EXPECT_EQ(defaults.size(), 4u);
+  for (uint16_t port : ports) EXPECT_EQ(defaults.count(port), 0u);
+
+  std::vector<uint8_t> buffer(64 * 1024, 0x5a);
+  write_to(*runtime, routed_peer, buffer);
+  write_to(*runtime, plain_peer, buffer);
+  if (::testing::Test::HasFatalFailure()) return;
+  // 16 packets over 4 paths each: the routed peer's came from its 2 ports,
+  // the other peer's from the 4 default ones.
+  const std::multiset<uint16_t> to_routed = routed.source_ports(16, 20s);
+  const std::multiset<uint16_t> to_plain = plain.source_ports(16, 20s);
+  EXPECT_EQ(std::set<uint16_t>(to_routed.begin(), to_routed.end()), std::set<uint16_t>(ports.begin(), ports.end()));
+  EXPECT_EQ(std::set<uint16_t>(to_plain.begin(), to_plain.end()), defaults);
+  runtime.reset();  // before the buffer goes
+}
+
+TEST(IoRuntime, RoutedPeerLeavesFromItsOwnSourcePortsOverIoUring) { run_routed_peer_test(true); }
+TEST(IoRuntime, RoutedPeerLeavesFromItsOwnSourcePortsOverFallback) { run_routed_peer_test(false); }
+
+TEST(IoRuntime, RoutingAPeerRefusesUnknownPeersAndTakenPorts) {
+  std::unique_ptr<Runtime> runtime = make_runtime(test_options(true, false));
+  ASSERT_TRUE(runtime);
+  UdpSink peer_socket, taken;
+  const transport::PeerId peer = runtime->peer_for(peer_socket.address);
+  std::string error;
+  EXPECT_FALSE(runtime->route_peer(peer + 1, {free_ports()[0]}, error));
+  EXPECT_THAT(error, testing::HasSubstr("unknown peer"));
+  EXPECT_FALSE(runtime->route_peer(peer, {}, error));
+  EXPECT_FALSE(runtime->route_peer(peer, {taken.port()}, error));
+  EXPECT_THAT(error, testing::HasSubstr("in use"));
+  // Nothing changed for the peer: it still uses the default sockets.
+  EXPECT_EQ(runtime->source_port(peer, 0), runtime->source_port(peer + 1, 0));
+}
 
 TEST(IoRuntime, Ipv6Loopback) {
   RuntimeOptions o = test_options(true, true);

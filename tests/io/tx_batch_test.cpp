@@ -53,9 +53,10 @@ class TxBatchTest : public testing::Test {
     batch_.commit(peer, path, length);
   }
 
-  std::vector<Message> build(uint16_t sockets, bool gso, uint64_t* unroutable = nullptr) {
+  // `sockets` default sockets; `total` sockets in all (0: only the defaults).
+  std::vector<Message> build(uint16_t sockets, bool gso, uint64_t* unroutable = nullptr, uint16_t total = 0) {
     uint64_t dropped = 0;
-    batch_.build(view_, sockets, gso, dropped);
+    batch_.build(view_, sockets, total ? total : sockets, gso, dropped);
     if (unroutable) *unroutable = dropped;
     std::vector<Message> out;
     for (size_t i = 0; i < batch_.message_count(); ++i) {
@@ -106,6 +107,38 @@ TEST_F(TxBatchTest, PathsAreGroupedStablyAndKeepTheirOrder) {
   EXPECT_EQ(m[0].first_bytes, (std::vector<uint8_t>{0, 2, 4, 6}));
   EXPECT_EQ(m[1].socket, 1);
   EXPECT_EQ(m[1].first_bytes, (std::vector<uint8_t>{1, 3, 5, 7}));
+}
+
+TEST_F(TxBatchTest, APeersOwnSocketMapRoutesItsPathsAndLeavesOtherPeersOnTheDefaults) {
+  // Peer b's paths 0..3 leave through sockets 7, 5, 4, 6 (discovered for it).
+  ASSERT_TRUE(peers_.set_sockets(peer_b_, {7, 5, 4, 6}));
+  peers_.refresh(view_);
+  for (uint16_t path = 0; path < 4; ++path) add(peer_b_, path, 4152, static_cast<uint8_t>(10 + path));
+  for (uint16_t path = 0; path < 4; ++path) add(peer_a_, path, 4152, static_cast<uint8_t>(20 + path));
+  add(peer_b_, 5, 4152, 15);  // path 5 wraps onto the map's entry 1
+  const auto m = build(4, true, nullptr, 8);
+  ASSERT_EQ(m.size(), 8u);
+  for (uint16_t s = 0; s < 4; ++s) {
+    EXPECT_EQ(m[s].socket, s);
+    EXPECT_EQ(m[s].port, 5000);
+    EXPECT_EQ(m[s].first_bytes, (std::vector<uint8_t>{static_cast<uint8_t>(20 + s)}));
+  }
+  EXPECT_EQ(m[4].socket, 4);
+  EXPECT_EQ(m[4].first_bytes, (std::vector<uint8_t>{12}));
+  EXPECT_EQ(m[5].socket, 5);
+  EXPECT_EQ(m[5].first_bytes, (std::vector<uint8_t>{11, 15}));
+  EXPECT_EQ(m[6].first_bytes, (std::vector<uint8_t>{13}));
+  EXPECT_EQ(m[7].first_bytes, (std::vector<uint8_t>{10}));
+  for (size_t i = 4; i < 8; ++i) EXPECT_EQ(m[i].port, 6000);
+}
+
+TEST_F(TxBatchTest, AMapEntryBeyondTheKnownSocketsFallsBackToTheDefaultSocket) {
+  ASSERT_TRUE(peers_.set_sockets(peer_b_, {9}));
+  peers_.refresh(view_);
+  add(peer_b_, 2, 4152, 1);
+  const auto m = build(4, true, nullptr, 6);  // socket 9 is not open (yet)
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0].socket, 2);
 }
 
 TEST_F(TxBatchTest, AShorterDatagramEndsARunALargerOneStartsANewMessage) {
