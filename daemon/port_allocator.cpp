@@ -26,15 +26,32 @@ PortAllocator::PortAllocator(const PortsConfig& config)
       home_owner_(config.home_count, 0),
       block_owner_(config.block_size ? config.source_count / config.block_size : 0, 0) {}
 
-std::optional<PortLease> PortAllocator::allocate(uint64_t owner, std::string& error) {
+std::optional<PortLease> PortAllocator::allocate(uint64_t owner, std::string& error,
+                                                 std::optional<uint16_t> home_port) {
   if (owner == 0) {
     error = "invalid owner";
     return std::nullopt;
   }
-  const std::optional<size_t> home = take(home_owner_, home_cursor_, owner);
-  if (!home) {
-    error = "no free home port (all " + std::to_string(home_owner_.size()) + " leased)";
-    return std::nullopt;
+  std::optional<size_t> home;
+  if (home_port) {
+    const size_t slot = size_t{*home_port} - config_.home_first;
+    if (*home_port < config_.home_first || slot >= home_owner_.size()) {
+      error = "home port " + std::to_string(*home_port) + " is outside the home ports [" +
+              std::to_string(config_.home_first) + ", " + std::to_string(config_.home_first + home_owner_.size()) + ")";
+      return std::nullopt;
+    }
+    if (home_owner_[slot] != 0) {
+      error = "home port " + std::to_string(*home_port) + " is leased to another context";
+      return std::nullopt;
+    }
+    home_owner_[slot] = owner;
+    home = slot;
+  } else {
+    home = take(home_owner_, home_cursor_, owner);
+    if (!home) {
+      error = "no free home port (all " + std::to_string(home_owner_.size()) + " leased)";
+      return std::nullopt;
+    }
   }
   const std::optional<size_t> block = take(block_owner_, block_cursor_, owner);
   if (!block) {

@@ -28,8 +28,11 @@ class PortAllocator {
  public:
   explicit PortAllocator(const PortsConfig& config);
 
-  // Fails (nullopt, `error` set) when either pool is exhausted.
-  std::optional<PortLease> allocate(uint64_t owner, std::string& error);
+  // Fails (nullopt, `error` set) when either pool is exhausted. With
+  // `home_port`, that home port (one the kernel module gave a context) is
+  // taken instead of the next free one, and must be free.
+  std::optional<PortLease> allocate(uint64_t owner, std::string& error,
+                                    std::optional<uint16_t> home_port = std::nullopt);
   // Returns every lease of `owner` to the pools; the number returned.
   size_t release_owner(uint64_t owner);
 

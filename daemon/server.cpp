@@ -261,7 +261,9 @@ nlohmann::json Server::lease(Client& c, const nlohmann::json& body) {
   if (c.leases.size() >= kMaxLeasesPerClient)
     return ctl::make_error("too many leases on one connection (" + std::to_string(kMaxLeasesPerClient) + ")");
   std::string error;
-  const std::optional<PortLease> l = allocator_->allocate(c.id, error);
+  std::optional<uint16_t> home_port;
+  if (body.contains("home_port")) home_port = body["home_port"].get<uint16_t>();
+  const std::optional<PortLease> l = allocator_->allocate(c.id, error, home_port);
   if (!l) return ctl::make_error(error);
 
   // The default ports: ECMP hashing spreads them (peer_ports then gives each

@@ -59,6 +59,9 @@ struct Options {
   double test_loss = 0;
   uint64_t test_seed = 0;  // 0: derived from the home port
   uint16_t home_port = 0;
+  // The kernel module chose home_port (the device's port slot): the daemon
+  // reserves that one rather than lease another.
+  bool home_port_from_kernel = false;
   bool io_uring = true;
   // The engine's defaults suit a datacenter NIC (8 us RTT). Over kernel
   // UDP the host adds tens of microseconds and, on a busy host, scheduling
@@ -247,7 +250,7 @@ std::unique_ptr<io::Runtime> start_with_daemon(const Device& device, const Optio
   // lease again (the daemon never hands out the same port twice in a row).
   for (int attempt = 0; attempt < 4; ++attempt) {
     std::optional<DaemonLease> lease = daemon->lease(device.address_text, o.paths_explicit ? o.paths : 0,
-                                                     o.traffic_class, why);
+                                                     o.traffic_class, o.home_port, why);
     if (!lease) break;
     if (lease->home_port < kHomePortBase || lease->home_port >= kHomePortBase + kHomePortCount) {
       why = "leased home port " + std::to_string(lease->home_port) + " is outside [4792, 8888)";
@@ -294,8 +297,9 @@ std::unique_ptr<io::Runtime> start_runtime(const Device& device, const Options& 
     ro.endpoint.path_rate_bps = link;
     ro.endpoint.inbound_capacity_bps = link;
   }
-  // An explicit home port is the caller's choice: no daemon then.
-  if (o.use_daemon && !o.home_port) {
+  // A home port the caller chose is theirs: no daemon then. One the kernel
+  // chose is leased as it is.
+  if (o.use_daemon && (!o.home_port || o.home_port_from_kernel)) {
     if (std::unique_ptr<io::Runtime> runtime = start_with_daemon(device, o, ro, daemon)) return runtime;
   }
   const uint32_t first = o.home_port ? o.home_port : kHomePortBase;
@@ -431,6 +435,7 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
       return nullptr;
     }
     o.home_port = static_cast<uint16_t>(kHomePortBase + resp.drv.port_slot);
+    o.home_port_from_kernel = true;
   }
 
   auto impl = std::make_unique<Context>();

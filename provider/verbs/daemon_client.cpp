@@ -103,12 +103,14 @@ bool DaemonClient::send(const nlohmann::json& message) {
 }
 
 std::optional<DaemonLease> DaemonClient::lease(const std::string& address, uint16_t paths,
-                                               const std::string& traffic_class, std::string& error) {
+                                               const std::string& traffic_class, uint16_t home_port,
+                                               std::string& error) {
   nlohmann::json req = ctl::make(ctl::Type::Lease);
   req["pid"] = ::getpid();
   req["address"] = address;
   if (paths) req["paths"] = paths;
   if (!traffic_class.empty()) req["class"] = traffic_class;
+  if (home_port) req["home_port"] = home_port;
   if (!send(req)) {
     error = std::string("send to metaroced: ") + std::strerror(errno);
     return std::nullopt;

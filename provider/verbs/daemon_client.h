@@ -43,9 +43,10 @@ class DaemonClient {
   ~DaemonClient();  // stops the thread; closing the socket ends the leases
 
   // Asks for a home port and `paths` source ports (0: as many as the daemon
-  // is configured to give) for a context on `address`.
+  // is configured to give) for a context on `address`; with `home_port`
+  // (not 0) that home port, which the kernel module gave the context.
   std::optional<DaemonLease> lease(const std::string& address, uint16_t paths, const std::string& traffic_class,
-                                   std::string& error);
+                                   uint16_t home_port, std::string& error);
 
   // After attach(): asks for `paths` source ports of this lease's block that
   // cover the fabric's paths to `dest`:`dport` (the daemon discovers them;

@@ -110,6 +110,28 @@ TEST(PortAllocator, ChurnKeepsLeasesDisjoint) {
   }
 }
 
+TEST(PortAllocator, AKernelChosenHomePortIsReservedOnceAndSkippedByLaterLeases) {
+  const PortsConfig c = small_pools();
+  PortAllocator a(c);
+  std::string error;
+  const uint16_t kernel_port = static_cast<uint16_t>(c.home_first + 1);
+  const auto pinned = a.allocate(1, error, kernel_port);
+  ASSERT_TRUE(pinned) << error;
+  EXPECT_EQ(pinned->home_port, kernel_port);
+  EXPECT_FALSE(a.allocate(2, error, kernel_port));
+  EXPECT_NE(error.find("leased to another context"), std::string::npos) << error;
+  EXPECT_FALSE(a.allocate(2, error, static_cast<uint16_t>(c.home_first + c.home_count)));
+  EXPECT_NE(error.find("outside the home ports"), std::string::npos) << error;
+  EXPECT_FALSE(a.allocate(2, error, static_cast<uint16_t>(c.home_first - 1)));
+  // Free leases go around it.
+  std::vector<PortLease> all{*pinned};
+  while (const auto l = a.allocate(3, error)) all.push_back(*l);
+  EXPECT_EQ(all.size(), std::min<size_t>(c.home_count, c.source_count / c.block_size));
+  expect_disjoint(all, c);
+  a.release_owner(1);
+  EXPECT_TRUE(a.allocate(4, error, kernel_port)) << error;
+}
+
 TEST(PortAllocator, OwnerZeroIsRefused) {
   PortAllocator a(small_pools());
   std::string error;
