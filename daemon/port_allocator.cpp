@@ -27,7 +27,8 @@ PortAllocator::PortAllocator(const PortsConfig& config)
       block_owner_(config.block_size ? config.source_count / config.block_size : 0, 0) {}
 
 std::optional<PortLease> PortAllocator::allocate(uint64_t owner, std::string& error,
-                                                 std::optional<uint16_t> home_port) {
+                                                 std::optional<uint16_t> home_port,
+                                                 std::optional<uint16_t> block_first) {
   if (owner == 0) {
     error = "invalid owner";
     return std::nullopt;
@@ -53,10 +54,22 @@ std::optional<PortLease> PortAllocator::allocate(uint64_t owner, std::string& er
       return std::nullopt;
     }
   }
-  const std::optional<size_t> block = take(block_owner_, block_cursor_, owner);
+  std::optional<size_t> block;
+  if (block_first) {
+    const size_t offset = size_t{*block_first} - config_.source_first;
+    const size_t index = config_.block_size ? offset / config_.block_size : 0;
+    if (*block_first < config_.source_first || offset % config_.block_size != 0 || index >= block_owner_.size())
+      error = "source ports from " + std::to_string(*block_first) + " are not a block of this daemon's pool";
+    else if (block_owner_[index] != 0)
+      error = "the block at " + std::to_string(*block_first) + " is leased to another context";
+    else
+      block = index, block_owner_[index] = owner;
+  } else {
+    block = take(block_owner_, block_cursor_, owner);
+    if (!block) error = "no free source-port block (all " + std::to_string(block_owner_.size()) + " leased)";
+  }
   if (!block) {
     home_owner_[*home] = 0;
-    error = "no free source-port block (all " + std::to_string(block_owner_.size()) + " leased)";
     return std::nullopt;
   }
   PortLease lease;

@@ -30,9 +30,12 @@ class PortAllocator {
 
   // Fails (nullopt, `error` set) when either pool is exhausted. With
   // `home_port`, that home port (one the kernel module gave a context) is
-  // taken instead of the next free one, and must be free.
+  // taken instead of the next free one, and must be free; with
+  // `block_first`, that block (a context that held it before the daemon
+  // restarted), which must be a free block of the pool.
   std::optional<PortLease> allocate(uint64_t owner, std::string& error,
-                                    std::optional<uint16_t> home_port = std::nullopt);
+                                    std::optional<uint16_t> home_port = std::nullopt,
+                                    std::optional<uint16_t> block_first = std::nullopt);
   // Returns every lease of `owner` to the pools; the number returned.
   size_t release_owner(uint64_t owner);
 

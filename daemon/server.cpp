@@ -261,9 +261,10 @@ nlohmann::json Server::lease(Client& c, const nlohmann::json& body) {
   if (c.leases.size() >= kMaxLeasesPerClient)
     return ctl::make_error("too many leases on one connection (" + std::to_string(kMaxLeasesPerClient) + ")");
   std::string error;
-  std::optional<uint16_t> home_port;
+  std::optional<uint16_t> home_port, block_first;
   if (body.contains("home_port")) home_port = body["home_port"].get<uint16_t>();
-  const std::optional<PortLease> l = allocator_->allocate(c.id, error, home_port);
+  if (body.contains("block_first")) block_first = body["block_first"].get<uint16_t>();
+  const std::optional<PortLease> l = allocator_->allocate(c.id, error, home_port, block_first);
   if (!l) return ctl::make_error(error);
 
   // The default ports: ECMP hashing spreads them (peer_ports then gives each

@@ -13,9 +13,11 @@
 //
 //   client -> daemon                         daemon -> client
 //   lease  {pid, address, paths?, class?,    lease_ok {home_port, source_ports[],
-//           home_port?}                                policy, stats_interval_ms}
+//           home_port?, block_first?}                  block_first, block_size,
+//                                                      policy, stats_interval_ms}
 //   (without paths, the daemon's paths_per_connection; home_port: the one
-//    the kernel module gave the context, reserved instead of a free one)
+//    the kernel module gave the context; home_port + block_first: what a
+//    context held before the daemon restarted; both reserved as they are)
 //   peer_ports {home_port, dest, dport?,     peer_ports_ok {dest, source_ports[],
 //               paths}                                      spread}
 //   (source ports of the lease's block that cover the paths to dest;
@@ -216,11 +218,13 @@ inline bool validate(Type type, const nlohmann::json& body, std::string& error) 
       return get_uint(body, "pid", 1, INT32_MAX, true, u, error) &&
              get_string(body, "address", 64, true, error) &&
              get_uint(body, "paths", 1, kMaxPaths, false, u, error) &&
-             get_string(body, "class", 64, false, error) && get_uint(body, "home_port", 1, 65535, false, u, error);
+             get_string(body, "class", 64, false, error) && get_uint(body, "home_port", 1, 65535, false, u, error) &&
+             get_uint(body, "block_first", 1, 65535, false, u, error);
     case Type::LeaseOk: {
       if (!get_uint(body, "home_port", 1, 65535, true, u, error) ||
           !get_uint(body, "stats_interval_ms", 0, 3'600'000, true, u, error) ||
-          !get_ports(body, "source_ports", 1, error))
+          !get_uint(body, "block_first", 1, 65535, true, u, error) ||
+          !get_uint(body, "block_size", 1, 65535, true, u, error) || !get_ports(body, "source_ports", 1, error))
         return false;
       Policy policy;
       auto pit = body.find("policy");

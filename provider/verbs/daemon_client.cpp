@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +20,7 @@ namespace {
 
 // A daemon that does not answer a lease in this long is treated as absent.
 constexpr int kReplyTimeoutMs = 5000;
+constexpr int kReconnectIntervalMs = 1000;
 
 std::string address_text(const sockaddr_storage& a) {
   char ip[INET6_ADDRSTRLEN] = {};
@@ -66,22 +68,73 @@ void apply_policy(io::Runtime& runtime, const ctl::Policy& policy, const transpo
   });
 }
 
-std::unique_ptr<DaemonClient> DaemonClient::connect(std::string& why) {
+namespace {
+
+// A connected socket to the daemon, or -1 with `why`.
+int connect_socket(std::string& why) {
   const char* env = std::getenv(ctl::kSocketEnv);
   const std::string path = env && *env ? env : ctl::kDefaultSocket;
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
   if (path.size() >= sizeof a.sun_path) {
     why = path + ": path too long";
-    return nullptr;
+    return -1;
   }
   std::memcpy(a.sun_path, path.c_str(), path.size());
   const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (fd < 0 || ::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
     why = path + ": " + std::strerror(errno);
     if (fd >= 0) ::close(fd);
-    return nullptr;
+    return -1;
   }
+  return fd;
+}
+
+// Sends `request` (a lease) on `fd` and reads the lease; a policy pushed
+// meanwhile lands in `pushed`.
+std::optional<DaemonLease> request_lease(int fd, const nlohmann::json& request, uint16_t paths,
+                                         std::optional<ctl::Policy>& pushed, std::string& error) {
+  const std::string text = ctl::encode(request);
+  if (::send(fd, text.data(), text.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(text.size())) {
+    error = std::string("send to metaroced: ") + std::strerror(errno);
+    return std::nullopt;
+  }
+  for (;;) {
+    std::optional<ctl::Message> m = receive(fd, kReplyTimeoutMs, error);
+    if (!m) return std::nullopt;
+    if (m->type == ctl::Type::Policy) {  // a reload raced the lease
+      ctl::Policy p;
+      if (ctl::policy_from_json(m->body["policy"], p, error)) pushed = p;
+      continue;
+    }
+    if (m->type == ctl::Type::Error) {
+      error = "metaroced: " + m->body["message"].get<std::string>();
+      return std::nullopt;
+    }
+    if (m->type != ctl::Type::LeaseOk) {
+      error = std::string("metaroced answered '") + ctl::to_string(m->type) + "' to a lease";
+      return std::nullopt;
+    }
+    DaemonLease l;
+    l.home_port = m->body["home_port"].get<uint16_t>();
+    l.block_first = m->body["block_first"].get<uint16_t>();
+    l.source_ports = m->body["source_ports"].get<std::vector<uint16_t>>();
+    l.stats_interval_ms = m->body["stats_interval_ms"].get<uint32_t>();
+    if (!ctl::policy_from_json(m->body["policy"], l.policy, error)) return std::nullopt;
+    if (l.source_ports.size() < std::max<size_t>(paths, 1)) {
+      error = "metaroced leased " + std::to_string(l.source_ports.size()) + " source ports for " +
+              std::to_string(paths) + " paths";
+      return std::nullopt;
+    }
+    return l;
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<DaemonClient> DaemonClient::connect(std::string& why) {
+  const int fd = connect_socket(why);
+  if (fd < 0) return nullptr;
   return std::unique_ptr<DaemonClient>(new DaemonClient(fd));
 }
 
@@ -111,38 +164,12 @@ std::optional<DaemonLease> DaemonClient::lease(const std::string& address, uint1
   if (paths) req["paths"] = paths;
   if (!traffic_class.empty()) req["class"] = traffic_class;
   if (home_port) req["home_port"] = home_port;
-  if (!send(req)) {
-    error = std::string("send to metaroced: ") + std::strerror(errno);
-    return std::nullopt;
+  std::optional<DaemonLease> l = request_lease(fd_, req, paths, pending_policy_, error);
+  if (l) {
+    lease_request_ = std::move(req);
+    lease_ = *l;
   }
-  for (;;) {
-    std::optional<ctl::Message> m = receive(fd_, kReplyTimeoutMs, error);
-    if (!m) return std::nullopt;
-    if (m->type == ctl::Type::Policy) {  // a reload raced the lease
-      ctl::Policy p;
-      if (ctl::policy_from_json(m->body["policy"], p, error)) pending_policy_ = p;
-      continue;
-    }
-    if (m->type == ctl::Type::Error) {
-      error = "metaroced: " + m->body["message"].get<std::string>();
-      return std::nullopt;
-    }
-    if (m->type != ctl::Type::LeaseOk) {
-      error = std::string("metaroced answered '") + ctl::to_string(m->type) + "' to a lease";
-      return std::nullopt;
-    }
-    DaemonLease l;
-    l.home_port = m->body["home_port"].get<uint16_t>();
-    l.source_ports = m->body["source_ports"].get<std::vector<uint16_t>>();
-    l.stats_interval_ms = m->body["stats_interval_ms"].get<uint32_t>();
-    if (!ctl::policy_from_json(m->body["policy"], l.policy, error)) return std::nullopt;
-    if (l.source_ports.size() < std::max<size_t>(paths, 1) || l.source_ports.size() > ctl::kMaxPaths) {
-      error = "metaroced leased " + std::to_string(l.source_ports.size()) + " source ports for " +
-              std::to_string(paths) + " paths";
-      return std::nullopt;
-    }
-    return l;
-  }
+  return l;
 }
 
 std::optional<PeerPorts> DaemonClient::peer_ports(uint16_t home_port, const std::string& dest, uint16_t dport,
@@ -214,9 +241,9 @@ void DaemonClient::run() {
       client->reply_ready_.notify_all();
     }
   } closed{this};
-  const auto interval = std::chrono::milliseconds(stats_interval_ms_);
-  auto next_report = std::chrono::steady_clock::now() + interval;
+  auto next_report = std::chrono::steady_clock::now() + std::chrono::milliseconds(stats_interval_ms_);
   for (;;) {
+    const auto interval = std::chrono::milliseconds(stats_interval_ms_);
     int timeout = -1;
     if (stats_interval_ms_) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(next_report - std::chrono::steady_clock::now());
@@ -226,11 +253,11 @@ void DaemonClient::run() {
     const int r = ::poll(fds, 2, timeout);
     if (r < 0 && errno != EINTR) return;
     if (fds[1].revents) return;
-    if (fds[0].revents & (POLLHUP | POLLERR)) return;  // the daemon went away; the context runs on
-    if (fds[0].revents & POLLIN) {
+    bool gone = fds[0].revents & (POLLHUP | POLLERR);
+    if (!gone && (fds[0].revents & POLLIN)) {
       std::string error;
       std::optional<ctl::Message> m = receive(fd_, 0, error);
-      if (!m && error.find("closed") != std::string::npos) return;
+      gone = !m && error.find("closed") != std::string::npos;
       if (m && m->type == ctl::Type::Policy) {
         ctl::Policy p;
         if (ctl::policy_from_json(m->body["policy"], p, error)) apply(p);
@@ -242,10 +269,57 @@ void DaemonClient::run() {
         }
       }
     }
+    if (gone) {  // the daemon went away; the context runs on, and comes back when it does
+      if (!reconnect()) return;
+      next_report = std::chrono::steady_clock::now() + std::chrono::milliseconds(stats_interval_ms_);
+      continue;
+    }
     if (stats_interval_ms_ && std::chrono::steady_clock::now() >= next_report) {
       report();
       next_report = std::chrono::steady_clock::now() + interval;
     }
+  }
+}
+
+bool DaemonClient::reconnect() {
+  {
+    std::lock_guard<std::mutex> lock(reply_mutex_);
+    closed_ = true;  // peer_ports() fails fast meanwhile
+    reply_ready_.notify_all();
+  }
+  nlohmann::json request = lease_request_;
+  request["home_port"] = lease_.home_port;
+  request["block_first"] = lease_.block_first;
+  for (;;) {
+    pollfd stop{stop_fd_, POLLIN, 0};
+    if (::poll(&stop, 1, kReconnectIntervalMs) != 0) return false;
+    std::string why;
+    const int fd = connect_socket(why);
+    if (fd < 0) continue;  // not back yet
+    std::optional<ctl::Policy> pushed;  // none can come before the lease is granted
+    const std::optional<DaemonLease> l =
+        request_lease(fd, request, static_cast<uint16_t>(lease_.source_ports.size()), pushed, why);
+    const bool unanswered = why.starts_with("no answer") || why.starts_with("metaroced closed") ||
+                            why.starts_with("recv: ") || why.starts_with("send to metaroced");
+    if (!l && unanswered) {  // it went away again: retry
+      ::close(fd);
+      continue;
+    }
+    if (!l || l->home_port != lease_.home_port || l->block_first != lease_.block_first) {
+      ::close(fd);
+      std::fprintf(stderr, "metaroce: %s: metaroced restarted and refused this context's ports (%s); running on without it\n",
+                   device_.c_str(), l ? "it gave others" : why.c_str());
+      return false;
+    }
+    {
+      std::lock_guard<std::mutex> lock(reply_mutex_);
+      ::close(fd_);
+      fd_ = fd;
+      closed_ = false;
+    }
+    stats_interval_ms_ = l->stats_interval_ms;
+    apply(l->policy);
+    return true;
   }
 }
 

@@ -3,7 +3,10 @@
 // A provider context's link to metaroced (include/metaroce/ctl.h): it leases
 // the context's home port and source ports, then a small thread applies
 // congestion policies the daemon pushes to the running engine, reports the
-// engine's counters every stats interval, and hands peer_ports() its answer. The connection stays open for
+// engine's counters every stats interval, and hands peer_ports() its answer.
+// When the daemon restarts (a package upgrade does that) the thread connects
+// again and leases the same home port and block, so that policy and
+// statistics resume; meanwhile the context runs on with the ports it has. The connection stays open for
 // the context's lifetime: when it closes (the context is freed, or the
 // process dies, even by SIGKILL) the daemon takes the ports back.
 #pragma once
@@ -25,6 +28,7 @@ namespace metaroce::verbs {
 
 struct DaemonLease {
   uint16_t home_port = 0;
+  uint16_t block_first = 0;
   std::vector<uint16_t> source_ports;
   ctl::Policy policy;
   uint32_t stats_interval_ms = 0;
@@ -65,12 +69,17 @@ class DaemonClient {
  private:
   explicit DaemonClient(int fd);
   void run();
+  // After the daemon went away: connects again every second and leases the
+  // same ports; false when stopping or when the new daemon refuses them.
+  bool reconnect();
   void apply(const ctl::Policy& policy);
   void report();
   bool send(const nlohmann::json& message);
 
-  int fd_ = -1;
+  int fd_ = -1;  // replaced by reconnect() under reply_mutex_
   int stop_fd_ = -1;
+  nlohmann::json lease_request_;  // the lease asked for, to ask again after a restart
+  DaemonLease lease_;
   io::Runtime* runtime_ = nullptr;
   std::string device_;
   uint32_t stats_interval_ms_ = 0;

@@ -86,7 +86,7 @@ TEST(Ctl, RefusesBadFields) {
   EXPECT_NE(refusal(R"({"v":1,"type":"policy","class":"x","policy":{"min_window_bytes":9,"max_window_bytes":8}})")
                 .find("exceeds"),
             std::string::npos);
-  EXPECT_NE(refusal(R"({"v":1,"type":"lease_ok","home_port":4792,"stats_interval_ms":0,"source_ports":[],"policy":{}})")
+  EXPECT_NE(refusal(R"({"v":1,"type":"lease_ok","home_port":4792,"stats_interval_ms":0,"block_first":20000,"block_size":64,"source_ports":[],"policy":{}})")
                 .find("source_ports"),
             std::string::npos);
 }

@@ -132,6 +132,29 @@ TEST(PortAllocator, AKernelChosenHomePortIsReservedOnceAndSkippedByLaterLeases) 
   EXPECT_TRUE(a.allocate(4, error, kernel_port)) << error;
 }
 
+TEST(PortAllocator, ARestartedContextGetsItsOwnBlockBackOnlyIfItIsAFreeBlockOfThePool) {
+  const PortsConfig c = small_pools();
+  PortAllocator a(c);
+  std::string error;
+  const uint16_t second_block = static_cast<uint16_t>(c.source_first + c.block_size);
+  const auto l = a.allocate(1, error, static_cast<uint16_t>(c.home_first + 3), second_block);
+  ASSERT_TRUE(l) << error;
+  EXPECT_EQ(l->block_first, second_block);
+  EXPECT_EQ(l->home_port, c.home_first + 3);
+  EXPECT_FALSE(a.allocate(2, error, std::nullopt, second_block));
+  EXPECT_NE(error.find("leased to another context"), std::string::npos) << error;
+  EXPECT_FALSE(a.allocate(2, error, std::nullopt, static_cast<uint16_t>(second_block + 1)));
+  EXPECT_NE(error.find("not a block"), std::string::npos) << error;
+  EXPECT_FALSE(a.allocate(2, error, std::nullopt, static_cast<uint16_t>(c.source_first - c.block_size)));
+  EXPECT_FALSE(a.allocate(2, error, std::nullopt, static_cast<uint16_t>(c.source_first + c.source_count)));
+  // A refused block leaves no home port taken.
+  EXPECT_EQ(a.free_home_ports(), size_t{c.home_count} - 1);
+  // Others are handed out around it.
+  std::vector<PortLease> all{*l};
+  while (const auto next = a.allocate(3, error)) all.push_back(*next);
+  expect_disjoint(all, c);
+}
+
 TEST(PortAllocator, OwnerZeroIsRefused) {
   PortAllocator a(small_pools());
   std::string error;

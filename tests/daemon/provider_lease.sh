@@ -122,6 +122,29 @@ for ((i = 0; i < 200; i++)); do [[ $(leases) == 2 ]] && break; sleep 0.05; done
 "$CLI" --socket "$SOCK" --json status | grep -q "\"pid\": $victim," && fail "lease of killed pid $victim still listed"
 pass "kill -9 of pid $victim returned its lease"
 
+# The daemon restarts (as a package upgrade does): the running contexts
+# lease the same home port and block again, and report to the new daemon.
+"$CLI" --socket "$SOCK" --json status >"$WORK/before.json"
+kill -TERM "$DPID"; wait "$DPID" || true
+"$DAEMON" --config "$WORK/d.toml" --socket "$SOCK" 2>>"$WORK/daemon.log" &
+DPID=$!
+for ((i = 0; i < 200; i++)); do "$CLI" --socket "$SOCK" status >/dev/null 2>&1 && break; sleep 0.05; done
+for ((i = 0; i < 200; i++)); do [[ $(leases 2>/dev/null) == 2 ]] && break; sleep 0.05; done
+[[ $(leases) == 2 ]] || fail "after a daemon restart $(leases) processes leased again, not 2: $(tail -3 "$WORK/daemon.log")"
+for ((i = 0; i < 100; i++)); do [[ $("$CLI" --socket "$SOCK" --json stats | python3 -c 'import json, sys; print(len(json.load(sys.stdin)["contexts"]))') == 2 ]] && break; sleep 0.05; done
+"$CLI" --socket "$SOCK" --json status >"$WORK/after.json"
+"$CLI" --socket "$SOCK" --json stats >"$WORK/stats-after.json"
+python3 - "$WORK/before.json" "$WORK/after.json" "$WORK/stats-after.json" <<'PY' || fail "leases after the restart differ"
+import json, sys
+before = {(l["pid"], l["home_port"], l["block_first"]) for l in json.load(open(sys.argv[1]))["leases"]}
+after = [(l["pid"], l["home_port"], l["block_first"]) for l in json.load(open(sys.argv[2]))["leases"]]
+assert len(after) == 2, f"{len(after)} leases after the restart: {after}"
+for l in after:
+    assert l in before, f"lease {l} after the restart is not one the process held: {sorted(before)}"
+assert len(json.load(open(sys.argv[3]))["contexts"]) == 2, "the contexts do not report to the new daemon"
+PY
+pass "a daemon restart: both running contexts leased their own home port and block again and report again"
+
 # No daemon: one warning per process, and the program still works.
 out=$(METAROCE_DAEMON_SOCKET=$WORK/none.sock "$RUN" --dev mr0=lo --dev mr1=127.0.0.1 ibv_devinfo 2>&1) ||
     fail "ibv_devinfo without a daemon failed: $out"

@@ -198,7 +198,7 @@ TEST(Metaroced, BadRequestsGetClearErrorsAndTheDaemonKeepsServing) {
   EXPECT_NE(error_of(fd, R"({"v":1,"type":"report","home_port":4792,"counters":{},"connections":[]})")
                 .find("report before lease"),
             std::string::npos);
-  EXPECT_NE(error_of(fd, R"({"v":1,"type":"lease_ok","home_port":1,"stats_interval_ms":0,"source_ports":[1],"policy":{}})")
+  EXPECT_NE(error_of(fd, R"({"v":1,"type":"lease_ok","home_port":1,"stats_interval_ms":0,"block_first":1,"block_size":1,"source_ports":[1],"policy":{}})")
                 .find("sent by the daemon"),
             std::string::npos);
   EXPECT_NE(error_of(fd, R"({"v":1,"type":"paths","dest":"not-an-ip"})").find("not an IPv4 address"), std::string::npos);
