@@ -3,7 +3,6 @@
 // A device context: one io::Runtime (UDP sockets, progress thread, engine)
 // with its options from the environment or metaroce_dv_options, the ops
 // table handed to libibverbs, and the device/port/GID queries.
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <net/if.h>
 #include <sys/socket.h>
@@ -362,26 +361,14 @@ void Context::route_peer(transport::PeerId peer, const sockaddr_storage& address
   if (!daemon || peer == 0) return;
   std::lock_guard<std::mutex> lock(routing_mutex);  // a second QP to the peer waits for the first's ports
   if (!routed_peers.insert(peer).second) return;
-  char ip[INET6_ADDRSTRLEN] = {};
-  uint16_t port = 0;
-  if (address.ss_family == AF_INET) {
-    const auto& v4 = reinterpret_cast<const sockaddr_in&>(address);
-    inet_ntop(AF_INET, &v4.sin_addr, ip, sizeof ip);
-    port = ntohs(v4.sin_port);
-  } else {
-    const auto& v6 = reinterpret_cast<const sockaddr_in6&>(address);
-    inet_ntop(AF_INET6, &v6.sin6_addr, ip, sizeof ip);
-    port = ntohs(v6.sin6_port);
-  }
   std::string error;
-  const std::optional<PeerPorts> ports = daemon->peer_ports(home_port, ip, port, paths, error);
+  const std::optional<PeerPorts> ports = daemon->peer_ports(home_port, address, paths, error);
   if (!ports) {
-    warn_once("metaroced gave no source ports for " + std::string(ip) + " (" + error + "); using the default ports");
+    warn_once("metaroced gave no source ports for a peer (" + error + "); using the default ports");
     return;
   }
   if (!ports->source_ports.empty() && !runtime->route_peer(peer, ports->source_ports, error))
-    warn_once("cannot use the source ports metaroced discovered for " + std::string(ip) + " (" + error +
-              "); using the default ports");
+    warn_once("cannot use the source ports metaroced discovered for a peer (" + error + "); using the default ports");
 }
 
 verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data) {

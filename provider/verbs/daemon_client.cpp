@@ -22,19 +22,25 @@ namespace {
 constexpr int kReplyTimeoutMs = 5000;
 constexpr int kReconnectIntervalMs = 1000;
 
-std::string address_text(const sockaddr_storage& a) {
+// The IP literal of `a`, and its port.
+std::string ip_text(const sockaddr_storage& a, uint16_t& port) {
   char ip[INET6_ADDRSTRLEN] = {};
-  uint16_t port = 0;
   if (a.ss_family == AF_INET) {
     const auto& v4 = reinterpret_cast<const sockaddr_in&>(a);
     inet_ntop(AF_INET, &v4.sin_addr, ip, sizeof ip);
     port = ntohs(v4.sin_port);
-    return std::string(ip) + ":" + std::to_string(port);
+  } else {
+    const auto& v6 = reinterpret_cast<const sockaddr_in6&>(a);
+    inet_ntop(AF_INET6, &v6.sin6_addr, ip, sizeof ip);
+    port = ntohs(v6.sin6_port);
   }
-  const auto& v6 = reinterpret_cast<const sockaddr_in6&>(a);
-  inet_ntop(AF_INET6, &v6.sin6_addr, ip, sizeof ip);
-  port = ntohs(v6.sin6_port);
-  return "[" + std::string(ip) + "]:" + std::to_string(port);
+  return ip;
+}
+
+std::string address_text(const sockaddr_storage& a) {
+  uint16_t port = 0;
+  const std::string ip = ip_text(a, port);
+  return (a.ss_family == AF_INET ? ip : "[" + ip + "]") + ":" + std::to_string(port);
 }
 
 // Receives one message, waiting up to timeout_ms; nullopt on timeout, error
@@ -172,8 +178,10 @@ std::optional<DaemonLease> DaemonClient::lease(const std::string& address, uint1
   return l;
 }
 
-std::optional<PeerPorts> DaemonClient::peer_ports(uint16_t home_port, const std::string& dest, uint16_t dport,
-                                                  uint16_t paths, std::string& error) {
+std::optional<PeerPorts> DaemonClient::peer_ports(uint16_t home_port, const sockaddr_storage& peer, uint16_t paths,
+                                                  std::string& error) {
+  uint16_t dport = 0;
+  const std::string dest = ip_text(peer, dport);
   std::lock_guard<std::mutex> call(call_mutex_);
   std::unique_lock<std::mutex> lock(reply_mutex_);
   if (closed_ || !thread_.joinable()) {
@@ -202,7 +210,7 @@ std::optional<PeerPorts> DaemonClient::peer_ports(uint16_t home_port, const std:
   const ctl::Message m = std::move(*reply_);
   reply_.reset();
   if (m.type == ctl::Type::Error) {
-    error = "metaroced: " + m.body["message"].get<std::string>();
+    error = "metaroced: " + m.body["message"].get<std::string>() + " (for " + dest + ")";
     return std::nullopt;
   }
   PeerPorts p;

@@ -53,10 +53,10 @@ class DaemonClient {
                                    uint16_t home_port, std::string& error);
 
   // After attach(): asks for `paths` source ports of this lease's block that
-  // cover the fabric's paths to `dest`:`dport` (the daemon discovers them;
-  // this blocks for that long). Nullopt, with `error`, when the daemon
-  // refuses or is gone.
-  std::optional<PeerPorts> peer_ports(uint16_t home_port, const std::string& dest, uint16_t dport, uint16_t paths,
+  // cover the fabric's paths to `peer` (its IP and home port; the daemon
+  // discovers them, and this blocks for that long). Nullopt, with `error`,
+  // when the daemon refuses or is gone.
+  std::optional<PeerPorts> peer_ports(uint16_t home_port, const sockaddr_storage& peer, uint16_t paths,
                                       std::string& error);
 
   // Starts the thread that applies pushed policies to `runtime` and reports
