@@ -335,7 +335,16 @@ nlohmann::json Server::peer_ports(const Client& c, const nlohmann::json& body) {
   r["dest"] = dest;
   r["spread"] = "hash";
   r["source_ports"] = nlohmann::json::array();
+  r["cached"] = false;
   if (!config_.discovery.enabled) return r;
+  const auto now = std::chrono::steady_clock::now();
+  if (auto it = single_path_dests_.find(dest); it != single_path_dests_.end()) {
+    if (now - it->second < std::chrono::seconds(config_.discovery.interval_s)) {
+      r["cached"] = true;
+      return r;
+    }
+    single_path_dests_.erase(it);
+  }
   // Probes go out from the lease's own block: the ports the context has
   // bound already cannot be bound here and are skipped, so what comes back
   // is free for the context to open.
@@ -357,6 +366,7 @@ nlohmann::json Server::peer_ports(const Client& c, const nlohmann::json& body) {
   }
   spdlog::info("pid {}: home port {} to {}:{}: {} in {:.1f} ms ({})", c.cred.pid, home_port, dest, dport,
                r["spread"].get<std::string>(), d.elapsed_ms, ports.size() == want ? used : "hash spread");
+  if (d.paths.size() <= 1) single_path_dests_[dest] = now;
   paths_.put(PathCache::key(dest, dport, lease->address), std::move(d));
   return r;
 }
@@ -455,6 +465,7 @@ bool Server::send(const Client& c, const nlohmann::json& message) {
 
 void Server::on_net_change(const NetChange& change) {
   ++net_changes_;
+  single_path_dests_.clear();
   spdlog::debug("netlink: {}", change.description);
   if (change.kind == NetChange::Kind::Route && change.route_prefix != "0.0.0.0/0") {
     // Only the destinations behind this route are affected.

@@ -75,6 +75,12 @@ class Server {
   std::unique_ptr<PortAllocator> allocator_;
   std::unique_ptr<Netlink> netlink_;
   PathCache paths_;
+  // Destinations whose last discovery found at most one path (no router
+  // answered, or no ECMP on the way): peer_ports answers "hash" for them at
+  // once, rather than probe for each new peer (a peer's home port is bound,
+  // so on a flat network every probe waits out timeout_ms). Forgotten after
+  // interval_s and on any netlink change.
+  std::map<std::string, std::chrono::steady_clock::time_point> single_path_dests_;
   StatsStore stats_;
   std::map<uint64_t, Client> clients_;
   uint64_t next_client_id_ = 1;

@@ -19,7 +19,7 @@
 //    the kernel module gave the context; home_port + block_first: what a
 //    context held before the daemon restarted; both reserved as they are)
 //   peer_ports {home_port, dest, dport?,     peer_ports_ok {dest, source_ports[],
-//               paths}                                      spread}
+//               paths}                                      spread, cached}
 //   (source ports of the lease's block that cover the paths to dest;
 //    none when discovery found no paths: hash spread)
 //   report {home_port, device?, counters{},  (none)

@@ -364,6 +364,15 @@ TEST(Metaroced, PeerPortsNeedTheConnectionsOwnLeaseAndSayHashWhenNothingIsDiscov
   EXPECT_EQ(m->body["spread"], "hash");
   EXPECT_TRUE(m->body["source_ports"].empty());
   EXPECT_EQ(m->body["dest"], "127.0.0.1");
+  EXPECT_EQ(m->body["cached"], false);
+  // Another peer on that host (another home port) is not probed again.
+  json next = peer_ports_request(home);
+  next["dport"] = 4793;
+  ASSERT_TRUE(send_raw(fd, ctl::encode(next)));
+  m = receive(fd);
+  ASSERT_TRUE(m && m->type == ctl::Type::PeerPortsOk);
+  EXPECT_EQ(m->body["spread"], "hash");
+  EXPECT_EQ(m->body["cached"], true);
   ::close(fd);
   ::close(other);
   EXPECT_TRUE(d.alive());
