@@ -9,6 +9,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <systemd/sd-daemon.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -104,6 +106,8 @@ bool Server::start(std::string& error) {
   spdlog::info("metaroced serving {} (home ports {}+{}, {} source-port blocks of {})", path,
                config_.ports.home_first, config_.ports.home_count, allocator_->free_blocks(),
                config_.ports.block_size);
+  // Under systemd (Type=notify), `systemctl start` returns once providers can connect.
+  (void)sd_notify(0, "READY=1");
   return true;
 }
 
@@ -133,6 +137,7 @@ int Server::run() {
           if (!reload_config(error)) spdlog::error("reload failed, keeping the running config:\n{}", error);
         } else {
           spdlog::info("signal {}: shutting down ({} clients)", info.ssi_signo, clients_.size());
+          (void)sd_notify(0, "STOPPING=1");
           return 0;
         }
       }
@@ -413,6 +418,11 @@ nlohmann::json Server::reload(const Client& c) {
 }
 
 bool Server::reload_config(std::string& error) {
+  // systemd (Type=notify) shows the service as reloading until READY again.
+  (void)sd_notify(0, "RELOADING=1");
+  struct Ready {
+    ~Ready() { (void)sd_notify(0, "READY=1"); }
+  } ready;
   if (config_path_.empty()) {
     error = "no config file (started without --config)";
     return false;

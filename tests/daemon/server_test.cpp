@@ -439,6 +439,39 @@ TEST(Metaroced, ReloadPushesPoliciesAndABadConfigKeepsTheRunningOne) {
   ::close(provider);
 }
 
+// What the daemon tells systemd (Type=notify) through $NOTIFY_SOCKET.
+TEST(Metaroced, TellsSystemdWhenReadyReloadingAndStopping) {
+  char tmpl[] = "/tmp/metaroced-notify.XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  const std::string path = dir + "/notify";
+  std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a), 0);
+  const auto next = [&] {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 10000) != 1) return std::string("(nothing in 10 s)");
+    char buf[512];
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("(recv failed)");
+  };
+  ::setenv("NOTIFY_SOCKET", path.c_str(), 1);
+  {
+    Daemon d(kConfig);
+    ::unsetenv("NOTIFY_SOCKET");
+    EXPECT_EQ(next(), "READY=1");
+    ::kill(d.pid(), SIGHUP);
+    EXPECT_EQ(next(), "RELOADING=1");
+    EXPECT_EQ(next(), "READY=1");
+    EXPECT_EQ(WEXITSTATUS(d.stop(SIGTERM)), 0);
+    EXPECT_EQ(next(), "STOPPING=1");
+  }
+  ::unsetenv("NOTIFY_SOCKET");
+  ::close(fd);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Metaroced, SigtermExitsCleanlyAndRemovesTheSocket) {
   Daemon d(kConfig);
   const int fd = connect_to(d.socket());
