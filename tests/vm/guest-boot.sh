@@ -11,6 +11,9 @@ mount -t tmpfs tmpfs /run
 # /tmp stays the overlay's (writable): the host's build tree, the staged
 # modules and the test script may live under /tmp, as in a clean clone there.
 mkdir -p /dev/pts /dev/shm && mount -t devpts devpts /dev/pts && mount -t tmpfs tmpfs /dev/shm
+# What udev would add: bash's <(...) (dkms uses it) needs /dev/fd.
+ln -sf /proc/self/fd /dev/fd
+ln -sf /proc/self/fd/0 /dev/stdin; ln -sf /proc/self/fd/1 /dev/stdout; ln -sf /proc/self/fd/2 /dev/stderr
 mkdir -p /var/run/netns
 ip link set lo up
 stage= test=
@@ -33,10 +36,17 @@ finish() {  # finish STATUS: report and power off (never returns)
 kver=$(uname -r)
 # depmod ran on the host (in the guest it takes minutes over 9p): put its
 # output and metaroce.ko into the overlay's module tree.
-if [ -n "$stage" ] && [ -d "$stage/lib/modules/$kver" ]; then
+if [ -n "$stage" ] && [ -f "$stage/lib/modules/$kver/extra/metaroce.ko" ]; then
   mkdir -p "/lib/modules/$kver/extra"
   cp "$stage/lib/modules/$kver"/modules.* "/lib/modules/$kver/"
   cp "$stage/lib/modules/$kver/extra/metaroce.ko" "/lib/modules/$kver/extra/"
+elif [ -n "$stage" ] && [ -d "$stage/debs" ] && [ -d "$stage/lib/modules/$kver" ]; then
+  # The install test (vm-run.sh --debs): the staged, smaller module tree
+  # on tmpfs, where DKMS installs the module and runs depmod.
+  mount -t tmpfs -o size=64m tmpfs "/lib/modules/$kver"
+  cp -a "$stage/lib/modules/$kver/." "/lib/modules/$kver/"
+  # The same kernel headers, in memory (see vm-run.sh).
+  [ ! -f "$stage/headers.tar" ] || tar -C / -xf "$stage/headers.tar"
 else
   echo "guest-boot: no staged module tree for $kver in '$stage'"
   finish 1

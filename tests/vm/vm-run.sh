@@ -6,6 +6,11 @@
 #
 #   vm-run.sh --ko PATH/metaroce.ko --provider PATH/libmetaroce-rdmav34.so
 #             --work DIR --test GUEST_SCRIPT [--probe PATH] [--timeout SECONDS]
+#   vm-run.sh --debs DIR --work DIR --test GUEST_SCRIPT [--timeout SECONDS]
+#
+# With --debs the guest gets the .debs of DIR (scripts/build-debs) instead
+# of a built module, and a module tree of its own on tmpfs that holds only
+# the modules the install test loads (see stage_install_modules).
 #
 # Exit 0 only when the guest printed "METAROCE-VM-RESULT: PASS" and wrote 0
 # to qemu's isa-debug-exit device; a timeout, a panic, a reboot or anything
@@ -13,9 +18,10 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-ko= provider= work= test= probe= timeout=720
+ko= provider= work= test= probe= debs= timeout=720
 while [ $# -gt 0 ]; do
   case $1 in
+    --debs) debs=$2; shift 2 ;;
     --ko) ko=$2; shift 2 ;;
     --provider) provider=$2; shift 2 ;;
     --work) work=$2; shift 2 ;;
@@ -26,6 +32,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 skip() { echo "SKIP vm: $*"; exit 77; }
+[ -z "$debs" ] || debs=${METAROCE_DEBS:-$debs}
 
 kver=$("$here/kernel-version.sh")
 [ "$(id -u)" -eq 0 ] || skip "needs root (the guest shares the host's root file system)"
@@ -34,8 +41,13 @@ command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 not install
 [ -r "/boot/vmlinuz-$kver" ] || skip "no /boot/vmlinuz-$kver"
 [ -d "/usr/src/linux-headers-$kver" ] || skip "no headers for $kver (linux-headers-amd64)"
 [ -x /bin/busybox ] && /bin/busybox --list | grep -qx switch_root || skip "no static busybox (busybox-static)"
-[ -n "$ko" ] && [ -f "$ko" ] || skip "metaroce.ko was not built"
-[ -n "$provider" ] && [ -f "$provider" ] || { echo "vm-run.sh: provider '$provider' missing" >&2; exit 1; }
+if [ -n "$debs" ]; then
+  ls "$debs"/*.deb >/dev/null 2>&1 || skip "no packages in $debs (build them with scripts/build-debs $debs)"
+  command -v dkms >/dev/null || skip "dkms not installed (scripts/install-deps)"
+else
+  [ -n "$ko" ] && [ -f "$ko" ] || skip "metaroce.ko was not built"
+  [ -n "$provider" ] && [ -f "$provider" ] || { echo "vm-run.sh: provider '$provider' missing" >&2; exit 1; }
+fi
 [ -n "$work" ] && [ -n "$test" ] || { echo "vm-run.sh: --work and --test are required" >&2; exit 2; }
 test=$(cd "$(dirname "$test")" && pwd)/$(basename "$test")
 
@@ -43,21 +55,56 @@ rm -rf "$work"
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
 
-# --- the guest's module tree: the host's modules (symlinked) + metaroce.ko,
-# depmod'ed here: in the guest depmod takes minutes over 9p.
 stage=$work/stage
 mods=$stage/lib/modules/$kver
-mkdir -p "$mods/extra"
-cp -rs "/lib/modules/$kver/kernel" "$mods/kernel"
-cp "/lib/modules/$kver"/modules.builtin* "/lib/modules/$kver/modules.order" "$mods/"
-cp "$ko" "$mods/extra/metaroce.ko"
-depmod -b "$stage" "$kver"
-grep -q '^alias rdma-link-metaroce metaroce$' "$mods/modules.alias" ||
-  { echo "vm-run.sh: depmod did not record the rdma-link-metaroce alias" >&2; exit 1; }
-# What the guest installs into its overlay: the provider and its driver file.
-mkdir -p "$stage/provider" "$stage/bin"
-cp "$provider" "$stage/provider/"
-[ -z "$probe" ] || cp "$probe" "$stage/bin/"
+if [ -z "$debs" ]; then
+  # --- the guest's module tree: the host's modules (symlinked) + metaroce.ko,
+  # depmod'ed here: in the guest depmod takes minutes over 9p.
+  mkdir -p "$mods/extra"
+  cp -rs "/lib/modules/$kver/kernel" "$mods/kernel"
+  cp "/lib/modules/$kver"/modules.builtin* "/lib/modules/$kver/modules.order" "$mods/"
+  cp "$ko" "$mods/extra/metaroce.ko"
+  depmod -b "$stage" "$kver"
+  grep -q '^alias rdma-link-metaroce metaroce$' "$mods/modules.alias" ||
+    { echo "vm-run.sh: depmod did not record the rdma-link-metaroce alias" >&2; exit 1; }
+  # What the guest installs into its overlay: the provider and its driver file.
+  mkdir -p "$stage/provider" "$stage/bin"
+  cp "$provider" "$stage/provider/"
+  [ -z "$probe" ] || cp "$probe" "$stage/bin/"
+else
+  # --- the install test's module tree, which guest-boot.sh mounts (tmpfs)
+  # as /lib/modules/$kver: DKMS installs metaroce.ko into it and runs depmod
+  # there, for real. depmod reads every module of the tree, which over 9p
+  # under emulation takes minutes for the ~4000 modules of the kernel; this
+  # tree holds copies of the modules the test loads (and their
+  # dependencies), plus the kernel's own module lists.
+  mkdir -p "$mods"
+  cp -a "/lib/modules/$kver"/modules.builtin* "/lib/modules/$kver/modules.order" "$mods/"
+  for link in build source; do
+    [ ! -L "/lib/modules/$kver/$link" ] || cp -a "/lib/modules/$kver/$link" "$mods/"
+  done
+  # ib_uverbs/ib_core: the RDMA core metaroce.ko needs; veth: the test's
+  # links; tcp_diag/udp_diag: ss; nf_tables: nft.
+  for m in ib_uverbs ib_core veth tcp_diag udp_diag nf_tables; do
+    modprobe -S "$kver" --show-depends "$m" | while read -r verb path _; do
+      [ "$verb" = insmod ] || continue
+      rel=${path#/lib/modules/$kver/}
+      mkdir -p "$mods/$(dirname "$rel")"
+      cp "$path" "$mods/$rel"
+    done
+  done
+  depmod -b "$stage" "$kver"
+  # The kernel headers DKMS builds against, as one tar file that the guest
+  # unpacks onto its overlay: compiling against them over 9p costs a
+  # round trip per header lookup (gcc tries each include directory), which
+  # made the guest's module build take several minutes.
+  hdr_build=$(readlink -f "/lib/modules/$kver/build")
+  hdr_source=$(readlink -f "/lib/modules/$kver/source")
+  hdr_kbuild=$(readlink -f "$hdr_build/scripts/..")
+  tar -C / -cf "$stage/headers.tar" "${hdr_build#/}" "${hdr_source#/}" "${hdr_kbuild#/}"
+  mkdir -p "$stage/debs"
+  cp "$debs"/*.deb "$stage/debs/"
+fi
 
 # --- initramfs: static busybox and the modules that mount the root.
 initrd=$work/initramfs
