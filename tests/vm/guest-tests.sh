@@ -11,6 +11,9 @@
 # Prints "ok - ..." / "not ok - ..." lines; exits 0 only if all passed.
 set -u
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+# wait_until, in_ns, listening, module_loaded, make_pair, gid_index; this
+# script keeps its own "ok -" reporting.
+. "$(dirname "$0")/guest-lib.sh"
 
 PASSED=0
 FAILED=0
@@ -34,20 +37,9 @@ expect_fail() {
     not_ok "$desc (no '$pattern' in the error)"; show_output
   fi
 }
-# wait_until SECONDS CMD...: polls CMD every 0.2 s until it succeeds.
-wait_until() {
-  local deadline=$(( $(date +%s) + $1 )); shift
-  until "$@" >/dev/null 2>&1; do
-    [ "$(date +%s)" -lt "$deadline" ] || return 1
-    sleep 0.2
-  done
-}
-in_ns() { local ns=$1; shift; if [ "$ns" = init ]; then "$@"; else ip netns exec "$ns" "$@"; fi; }
 has_dev() { [ -e "/sys/class/infiniband/$1" ]; }
 no_dev() { [ ! -e "/sys/class/infiniband/$1" ]; }
-module_loaded() { grep -q "^$1 " /proc/modules; }
 module_gone() { ! grep -q "^$1 " /proc/modules; }
-listening() { in_ns "$1" ss -Hltn "sport = :$2" | grep -q LISTEN; }
 
 echo "# guest: $(uname -r), $(nproc) CPUs"
 
@@ -59,14 +51,6 @@ echo "driver metaroce" >/etc/libibverbs.d/metaroce.driver
 
 # --- two namespaces per transport, joined by veth -----------------------------
 # ns0 (mra 10.0.0.1) <-> ns1 (mrb 10.0.0.2): metaroce
-make_pair() {  # make_pair NS_A NS_B DEV_A DEV_B SUBNET
-  ip netns add "$1"; ip netns add "$2"
-  ip link add "$3" type veth peer name "$4"
-  ip link set "$3" netns "$1"; ip link set "$4" netns "$2"
-  in_ns "$1" ip addr add "$5.1/24" dev "$3"; in_ns "$2" ip addr add "$5.2/24" dev "$4"
-  for ns in "$1" "$2"; do in_ns "$ns" ip link set lo up; done
-  in_ns "$1" ip link set "$3" up; in_ns "$2" ip link set "$4" up
-}
 make_pair ns0 ns1 mra mrb 10.0.0
 # rxe in this kernel (6.1) has its UDP socket in the initial namespace only:
 # its reference runs both ends on one device there (rxe's own loopback).
@@ -114,17 +98,6 @@ if [ -x "$MROCE_STAGE/bin/uverbs_abi_probe" ]; then
   done <<<"$out"
 fi
 
-# The GID index of a device's IPv4 address (RoCE v2), from sysfs.
-gid_index() {  # gid_index DEV IPV4
-  local dev=$1 ip=$2 f i want
-  want=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' $(echo "$ip" | tr . ' '))
-  for f in /sys/class/infiniband/"$dev"/ports/1/gids/*; do
-    i=${f##*/}
-    [ "$(cat "$f" 2>/dev/null)" = "$want" ] || continue
-    [ "$(cat /sys/class/infiniband/"$dev"/ports/1/gid_attrs/types/"$i" 2>/dev/null)" = "RoCE v2" ] && { echo "$i"; return 0; }
-  done
-  return 1
-}
 expect_ok "GID table of mr0 holds 10.0.0.1 (RoCE v2)" wait_until 20 gid_index mr0 10.0.0.1
 for d in "mr0 10.0.0.1" "mr1 10.0.0.2" "rxe0 10.0.1.1"; do
   set -- $d; wait_until 20 gid_index "$1" "$2"
