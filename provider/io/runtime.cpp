@@ -31,6 +31,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -246,8 +247,8 @@ bool RuntimeImpl::route_peer(transport::PeerId peer, const std::vector<uint16_t>
     std::lock_guard<std::mutex> lock(sockets_mutex_);
     const size_t before = paths_.size();
     for (const uint16_t port : ports) {
-      size_t index = 0;
-      while (index < path_ports_.size() && (port == 0 || path_ports_[index] != port)) ++index;
+      const size_t index =
+          static_cast<size_t>(std::find(path_ports_.begin(), path_ports_.end(), port) - path_ports_.begin());
       if (index == path_ports_.size()) {
         if (paths_.size() >= kMaxPathSockets) {
           error = "more than " + std::to_string(kMaxPathSockets) + " path sockets";
@@ -305,7 +306,6 @@ bool RuntimeImpl::start(std::string& error) {
   for (uint16_t i = 0; i < path_count_; ++i) {
     if (!open_path_socket(options_.path_source_ports.empty() ? 0 : options_.path_source_ports[i], error)) return false;
   }
-  socket_count_ = path_count_;
   gro_ = options_.use_gro && enable_udp_gro(home_.get());
   gso_ = options_.use_gso && udp_gso_supported(paths_.front().get());
 
@@ -337,7 +337,6 @@ void RuntimeImpl::run(std::promise<std::string>& started) {
     std::lock_guard<std::mutex> lock(sockets_mutex_);
     for (const Fd& fd : paths_) config.path_fds.push_back(fd.get());
     socket_count_ = static_cast<uint16_t>(paths_.size());
-    synced_sockets_version_ = sockets_version_.load();
   }
   config.event_fd = event_fd_.get();
   config.rx_slots = gro_ ? 64 : 256;
