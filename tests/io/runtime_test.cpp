@@ -218,6 +218,22 @@ TransferResult transfer(Side& a, Side& b, CompletionWaiter& waiter, size_t bytes
   return r;
 }
 
+// Waits (bounded) until `ready(runtime.stats())` holds and returns those
+// stats. The runtime publishes its counters at the end of a progress-loop
+// iteration and counts a datagram sent when its send completion is reaped,
+// which may come after the completion that woke the test: a count read at
+// once can be short of the work already done.
+template <typename Ready>
+RuntimeStats stats_when(const Runtime& runtime, Ready ready, std::chrono::seconds limit = 10s) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  RuntimeStats s = runtime.stats();
+  while (!ready(s) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+    s = runtime.stats();
+  }
+  return s;
+}
+
 struct Pair {
   CompletionWaiter waiter;  // outlives the runtimes, whose listener points at it
   Side a;
@@ -252,8 +268,9 @@ void run_write_test(bool io_uring, bool gso) {
   EXPECT_EQ(r.receiver.placed_bytes % kMiB, 0u);
   EXPECT_GE(r.receiver.placed_bytes, bytes);
 
-  const RuntimeStats sa = p.a.runtime->stats();
-  const RuntimeStats sb = p.b.runtime->stats();
+  const RuntimeStats sa = stats_when(*p.a.runtime, [&](const RuntimeStats& s) { return s.datagrams_sent >= bytes / 4096; });
+  const RuntimeStats sb =
+      stats_when(*p.b.runtime, [&](const RuntimeStats& s) { return s.datagrams_received > bytes / 4096 / 2; });
   EXPECT_GE(sa.datagrams_sent, bytes / 4096);
   // Not >= bytes / 4096: on a loaded host the kernel may drop datagrams
   // (socket buffer full); what proves delivery is the intact data above.
@@ -624,8 +641,8 @@ void run_unknown_sender_test(bool io_uring) {
   send(spoofed.data(), spoofed.size());
   ::close(fd);
 
-  for (int i = 0; i < 500 && p.b.runtime->stats().unknown_sender_drops < 3; ++i) std::this_thread::sleep_for(2ms);
-  EXPECT_EQ(p.b.runtime->stats().unknown_sender_drops, 3u);
+  EXPECT_EQ(stats_when(*p.b.runtime, [](const RuntimeStats& s) { return s.unknown_sender_drops >= 3; }).unknown_sender_drops,
+            3u);
   uint64_t malformed = 0;
   for (int i = 0; i < 500 && malformed == 0; ++i) {
     malformed = p.b.runtime->with_engine([](Endpoint& e, Time) { return e.counters().rx_drop_malformed; });
@@ -650,7 +667,7 @@ void run_teardown_test(bool io_uring, bool sender_first) {
   if (::testing::Test::HasFatalFailure()) return;
   post_writes(p.a, p.b, bytes, kMiB);
   // Let some of it be on the wire (bounded wait on a stats counter).
-  for (int i = 0; i < 1000 && p.b.runtime->stats().datagrams_received < 100; ++i) std::this_thread::sleep_for(1ms);
+  stats_when(*p.b.runtime, [](const RuntimeStats& s) { return s.datagrams_received >= 100; });
   const auto start = std::chrono::steady_clock::now();
   if (sender_first) {
     p.a.runtime.reset();

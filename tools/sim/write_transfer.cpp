@@ -42,7 +42,7 @@ WriteTransferResult run_write_transfer(const WriteTransferSpec& spec) {
       pd, reinterpret_cast<uintptr_t>(sink.data()), sink.size(),
       transport::kAccessLocalWrite | transport::kAccessRemoteWrite);
   std::vector<QpPair> pairs;
-  for (uint32_t i = 0; i < std::max<uint32_t>(spec.qps, 1); ++i) pairs.push_back(rig.connect_qps({}, pd));
+  for (uint32_t i = 0; i < std::max<uint32_t>(spec.qps, 1); ++i) pairs.push_back(rig.connect_qps(spec.qp, pd));
 
   const uint64_t messages = (spec.total_bytes + spec.message_bytes - 1) / spec.message_bytes;
   uint64_t next_message = 0;

@@ -21,6 +21,7 @@ struct WriteTransferSpec {
   uint32_t message_bytes = 1u << 20;
   uint32_t outstanding = 16;
   uint32_t qps = 1;
+  transport::QpConfig qp;               // every QP's attributes (verbs timeout, retry counts)
   Time time_limit_ns = 10'000'000'000;  // virtual
   Time sample_interval_ns = 0;          // record B's placed bytes this often; 0 = never
   // Called once the rig exists, before traffic starts (blackholes, link changes).
