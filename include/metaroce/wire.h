@@ -318,6 +318,7 @@ constexpr bool carries_payload(Opcode op) {
 constexpr bool consumes_receive(Opcode op) {
   return op == Opcode::Send || op == Opcode::SendImm || op == Opcode::WriteImm;
 }
+constexpr bool is_atomic(Opcode op) { return op == Opcode::FetchAdd || op == Opcode::CompareSwap; }
 constexpr bool is_request(Opcode op) {
   return op != Opcode::ReadResponse && op != Opcode::AtomicResponse;
 }

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "metaroce/wire.h"
@@ -115,5 +116,8 @@ struct InboundMessage {
   ChunkSet received;
   bool failed = false;  // NAKed: can never complete
 };
+
+inline std::span<const Sge> sges_of(const OutboundMessage& m) { return {m.sg.data(), m.num_sge}; }
+inline std::span<const Sge> sges_of(const RecvWr& wr) { return {wr.sg.data(), wr.num_sge}; }
 
 }  // namespace metaroce::transport

@@ -4,7 +4,9 @@
 // Connection. As requester it turns work requests into outbound messages and
 // completes them in posting order; as responder it places inbound chunks
 // directly at their final address, completes messages in msn order, executes
-// READs and atomics in that order and owes their responses.
+// READs and atomics in that order and owes their responses. As in rxe, the
+// work is split by role: requester.cpp, completer.cpp, responder.cpp;
+// queue_pair.cpp holds the life cycle.
 #pragma once
 
 #include <cstdint>

@@ -62,7 +62,7 @@ size_t extension_bytes(Opcode op) {
   }
 }
 
-bool is_atomic(Opcode op) {
+bool has_atomic_body(Opcode op) {
   return op == Opcode::FetchAdd || op == Opcode::CompareSwap || op == Opcode::AtomicResponse;
 }
 
@@ -124,7 +124,7 @@ DecodeStatus decode_data(std::span<const uint8_t> in, Packet& out) {
       break;
   }
 
-  if (is_atomic(op) && (h.msg_length != 8 || h.offset != 0)) return DecodeStatus::BadLength;
+  if (has_atomic_body(op) && (h.msg_length != 8 || h.offset != 0)) return DecodeStatus::BadLength;
 
   if (carries_payload(op)) {
     // 64-bit arithmetic so that offset + payload length cannot wrap.

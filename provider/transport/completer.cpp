@@ -1,0 +1,173 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//
+// The completer: acknowledgements, NAKs and READ/atomic responses for the
+// requester's messages, and their completions in posting order.
+#include "queue_pair.h"
+
+#include <cstring>
+
+#include "connection.h"
+#include "endpoint.h"
+
+namespace metaroce::transport {
+
+// --- acknowledgements ------------------------------------------------------
+
+bool QueuePair::on_chunk_acked(const ChunkRef& ref) {
+  OutboundMessage* m = find_message(ref);
+  if (!m || m->attempt != ref.attempt || ref.chunk >= m->chunks) return false;
+  if (!m->acked.set(ref.chunk)) return false;
+  m->stall_probes = 0;
+  if (ref.response && m->acked.full()) responses_.erase(ref.msn);
+  return true;
+}
+
+// --- requester completions ---------------------------------------------------
+
+void QueuePair::complete_send_wr(const OutboundMessage& m, WcStatus status) {
+  if (!m.signaled && status == WcStatus::Success) return;
+  Completion c;
+  c.wr_id = m.wr_id;
+  c.status = status;
+  c.opcode = m.wc_opcode;
+  c.qp_num = qpn_;
+  if (status == WcStatus::Success) {
+    if (m.opcode == wire::Opcode::ReadRequest) c.byte_len = m.length;
+    else if (wire::is_atomic(m.opcode)) c.byte_len = 8;
+    else c.byte_len = m.length;
+  }
+  endpoint_.push_completion(send_cq_, c);
+}
+
+void QueuePair::advance_requester() {
+  while (!send_queue_.empty() && send_queue_.front().done) {
+    const OutboundMessage front = std::move(send_queue_.front());
+    send_queue_.pop_front();
+    if (send_cursor_ > 0) --send_cursor_;
+    complete_send_wr(front, front.status);
+    if (front.status != WcStatus::Success && front.status != WcStatus::WorkRequestFlushed) {
+      to_error();
+      return;
+    }
+  }
+}
+
+bool QueuePair::on_stream_ack(uint32_t completed_msn) {
+  bool progressed = false;
+  for (OutboundMessage& m : send_queue_) {
+    if (static_cast<int32_t>(m.msn - completed_msn) > 0) break;
+    // A message cannot have completed remotely before all of it was sent:
+    // such a claim is stale (a restarted attempt) or forged.
+    if (!m.all_sent()) break;
+    if (!m.done && !m.needs_response()) {
+      m.done = true;
+      progressed = true;
+    }
+  }
+  advance_requester();
+  return progressed;
+}
+
+bool QueuePair::on_nak(Time now, const wire::Nak& nak) {
+  OutboundMessage* m = find_request(nak.msn);
+  if (!m || m->done || nak.attempt != m->attempt) return false;
+  switch (nak.kind) {
+    case wire::NakKind::ReceiverNotReady: {
+      if (m->rnr_wait) return false;
+      ++m->rnr_naks;
+      if (config_.rnr_retry != 7 && m->rnr_naks > config_.rnr_retry) {
+        m->done = true;
+        m->status = WcStatus::RnrRetryExceeded;
+        break;
+      }
+      m->rnr_wait = true;
+      ++rnr_waiting_;
+      m->rnr_resend_at = now + std::max<Time>(nak.rnr_delay_ns, config_.min_rnr_timer_ns);
+      if (m->needs_response() && reads_atomics_in_flight_ > 0) --reads_atomics_in_flight_;
+      return true;
+    }
+    case wire::NakKind::RemoteAccess: m->done = true; m->status = WcStatus::RemoteAccessError; break;
+    case wire::NakKind::InvalidRequest:
+      m->done = true;
+      m->status = WcStatus::RemoteInvalidRequest;
+      break;
+    case wire::NakKind::Sequence: return false;  // handled by the path, not the stream
+  }
+  advance_requester();
+  return true;
+}
+
+void QueuePair::fail_with(WcStatus status) {
+  for (OutboundMessage& m : send_queue_) {
+    if (m.done) continue;
+    m.done = true;
+    m.status = status;
+    break;
+  }
+  advance_requester();
+  if (state_ != QpState::Error) to_error();
+}
+
+// --- responses arriving at the requester -------------------------------------
+
+Verdict QueuePair::on_response(const wire::Packet& p) {
+  if (state_ != QpState::ReadyToSend) return Verdict::QpNotReady;
+  const wire::DataHeader& h = p.data;
+  OutboundMessage* m = find_request(h.msn);
+  if (!m || m->done) return Verdict::StaleResponse;
+  if (h.opcode == wire::Opcode::AtomicResponse) {
+    if (!wire::is_atomic(m->opcode)) return Verdict::StaleResponse;
+    const std::span<const Sge> sges = sges_of(*m);
+    uint8_t bytes[8];
+    std::memcpy(bytes, &p.atomic_original, 8);
+    if (endpoint_.memory().check_sges(sges, pd_, true) != AccessCheck::Ok ||
+        !scatter_to_sges(sges, 0, bytes)) {
+      m->status = WcStatus::LocalProtectionError;
+    }
+    m->done = true;
+    if (reads_atomics_in_flight_ > 0) --reads_atomics_in_flight_;
+    advance_requester();
+    return Verdict::Placed;
+  }
+  if (m->opcode != wire::Opcode::ReadRequest || h.msg_length != m->length ||
+      h.remote_addr != m->read.sink_addr || h.rkey != m->read.sink_key)
+    return Verdict::StaleResponse;
+  if (h.offset % mtu() != 0) return Verdict::StaleResponse;
+  const uint32_t chunk = h.offset / mtu();
+  const uint64_t expected = std::min<uint64_t>(mtu(), m->length - h.offset);
+  if (chunk >= m->response_received.size() || p.payload.size() != (m->length ? expected : 0))
+    return Verdict::StaleResponse;
+  if (m->response_received.test(chunk)) return Verdict::DuplicateChunk;
+  const std::span<const Sge> sges = sges_of(*m);
+  // Only the part of the sink this chunk covers is checked and written.
+  if (!p.payload.empty()) {
+    bool ok = true;
+    uint64_t skip = h.offset;
+    uint64_t left = p.payload.size();
+    for (const Sge& sge : sges) {
+      if (left == 0) break;
+      if (skip >= sge.length) { skip -= sge.length; continue; }
+      const uint64_t n = std::min<uint64_t>(sge.length - skip, left);
+      if (endpoint_.memory().check_local(sge.lkey, pd_, sge.addr + skip, n, true) != AccessCheck::Ok)
+        ok = false;
+      left -= n;
+      skip = 0;
+    }
+    if (!ok || !scatter_to_sges(sges, h.offset, p.payload)) {
+      m->status = WcStatus::LocalProtectionError;
+      m->done = true;
+      advance_requester();
+      return Verdict::Placed;
+    }
+  }
+  m->response_received.set(chunk);
+  endpoint_.counters_.placed_bytes += p.payload.size();
+  if (m->response_received.full()) {
+    m->done = true;
+    if (reads_atomics_in_flight_ > 0) --reads_atomics_in_flight_;
+    advance_requester();
+  }
+  return Verdict::Placed;
+}
+
+}  // namespace metaroce::transport
