@@ -64,7 +64,7 @@ QueuePair* Connection::attached_qp(uint32_t qpn) const {
 Time Connection::rto(const SendPath& path) const {
   const EndpointConfig& c = endpoint_.config();
   const Time base = path.rtt.rto(endpoint_.min_rto(), c.max_rto_ns);
-  return std::min<Time>(base << std::min(path.consecutive_rtos, kMaxBackoffShift), c.max_rto_ns);
+  return std::min<Time>(base << std::min(path.backoff, kMaxBackoffShift), c.max_rto_ns);
 }
 
 wire::Origin Connection::origin(uint16_t path_id) const { return {path_id, endpoint_.config().home_port}; }
@@ -76,8 +76,6 @@ bool Connection::sending_to_us(Time now) const {
 // --- receive ---------------------------------------------------------------
 
 void Connection::on_packet(Time now, const wire::Packet& packet, bool ce_marked) {
-  last_peer_rx_ = now;
-  any_peer_rx_ = true;
   switch (packet.common.type) {
     case wire::PacketType::Data: on_data(now, packet, ce_marked); break;
     case wire::PacketType::Ack: on_ack(now, packet.ack); break;
@@ -201,6 +199,8 @@ void Connection::on_path_sack(Time now, SendPath& path, const wire::PathSack& bl
     const bool covered = rocev2() || block.covers(seq);
     if (covered) {
       if (record.state == TxRecord::State::Acked) continue;
+      if (!any_delivered_ || record.sent > latest_delivered_sent_) latest_delivered_sent_ = record.sent;
+      any_delivered_ = true;
       if (record.state == TxRecord::State::Lost) {
         ++endpoint_.counters_.spurious_retransmits;
       } else {
@@ -227,8 +227,13 @@ void Connection::on_path_sack(Time now, SendPath& path, const wire::PathSack& bl
   path.stats.ecn_marks += marks;
   if (acked_packets > 0) {
     path.cc.on_ack(now, acked_bytes, acked_packets, marks, rtt_sample, path.rtt.min_rtt(), path.rtt.srtt());
-    path.consecutive_rtos = 0;
-    if (path.health == PathHealth::Suspect) path.health = PathHealth::Active;
+    path.blamed_timeouts = 0;
+    path.backoff = 0;
+    if (path.health == PathHealth::Suspect) {
+      path.health = PathHealth::Active;
+      path.probe_at = kNever;
+      path.probe_sent = kNever;
+    }
   }
   // Anything this far below the highest ACKed can no longer be reported.
   for (uint64_t i = 0; i < path.records.size(); ++i) {
@@ -284,11 +289,15 @@ void Connection::on_probe_reply(Time now, const wire::Packet& packet) {
   const uint16_t id = packet.common.path_id;
   if (id >= paths_.size()) return;
   SendPath& path = paths_[id];
-  if (path.health != PathHealth::Failed || packet.probe.probe_seq != path.probe_seq) return;
+  if (path.health == PathHealth::Active || packet.probe.probe_seq != path.probe_seq) return;
+  // A failed path comes back with a fresh window; a suspect one lost only
+  // what timed out and keeps its window.
+  if (path.health == PathHealth::Failed) path.cc.reset();
   path.health = PathHealth::Active;
-  path.consecutive_rtos = 0;
+  path.blamed_timeouts = 0;
+  path.backoff = 0;
   path.probe_at = kNever;
-  path.cc.reset();
+  path.probe_sent = kNever;
   if (packet.probe.timestamp <= now) path.rtt.on_sample(now - packet.probe.timestamp);
   ++endpoint_.counters_.path_recoveries;
 }
@@ -329,41 +338,88 @@ Time Connection::retry_deadline() const {
 
 void Connection::path_timeout(Time now, SendPath& path) {
   ++endpoint_.counters_.rto_expirations;
-  ++path.consecutive_rtos;
   if (rocev2()) {
     // Go back to the oldest unacknowledged packet and resend from there.
+    ++path.backoff;
     path.rewinding = true;
     path.rewind_seq = path.first_seq;
     ++endpoint_.counters_.go_back_n;
-  } else if (!any_peer_rx_ || now - last_peer_rx_ >= path.rtt.rto(endpoint_.min_rto(), endpoint_.config().max_rto_ns)) {
-    // Nothing at all came back from the peer for a whole RTO: the peer or
-    // this host stalled (a busy CPU, a long scheduling delay) or every path
-    // is down, which no choice of path repairs. Resend the oldest packet, as
-    // TCP does on a timeout, to learn which, and leave the path's health and
-    // the rest of its flight alone: an ACK then resumes at full speed, and a
-    // dead peer is the retry timer's to find.
+  } else {
+    TxRecord* oldest = nullptr;
     for (TxRecord& record : path.records) {
       if (record.state != TxRecord::State::InFlight) continue;
-      declare_lost(path, record);
+      oldest = &record;
       break;
     }
-  } else {
-    // The peer answers on other paths: this one is losing everything.
-    for (TxRecord& record : path.records)
-      if (record.state == TxRecord::State::InFlight) declare_lost(path, record);
-    const EndpointConfig& config = endpoint_.config();
-    if (path.consecutive_rtos >= config.path_fail_timeouts) {
-      if (path.health != PathHealth::Failed) {
-        path.health = PathHealth::Failed;
-        path.probe_interval = endpoint_.probe_interval();
-        path.probe_at = now + path.probe_interval;
-        ++endpoint_.counters_.path_failures;
-      }
-    } else if (path.consecutive_rtos >= config.path_suspect_timeouts) {
-      path.health = PathHealth::Suspect;
+    if (oldest && delivered_after(oldest->sent)) {
+      // The peer acknowledged packets sent after this one on other paths:
+      // this path loses what it carries. Judging by what was sent after
+      // the lost packet, rather than by whether anything came back at all,
+      // keeps a path whose lone packet timed out after everything else was
+      // acknowledged (the sender had nothing more in flight) from looking
+      // like a stalled peer, so that a dead path is failed, not fed one
+      // packet per backed-off RTO.
+      for (TxRecord& record : path.records)
+        if (record.state == TxRecord::State::InFlight) declare_lost(path, record);
+      blame_path(now, path);
+    } else if (oldest) {
+      // Nothing sent after it was acknowledged anywhere: the peer or this
+      // host stalled, or every path is down, which no choice of path
+      // repairs. Resend the oldest packet, as TCP does on a timeout, to learn
+      // which, and leave the path's health and the rest of its flight
+      // alone: an ACK then resumes at full speed, and a dead peer is the
+      // retry timer's to find.
+      declare_lost(path, *oldest);
+      ++path.backoff;
     }
   }
   path.rto_deadline = path.inflight_bytes > 0 || path.rewinding ? now + rto(path) : kNever;
+}
+
+void Connection::blame_path(Time now, SendPath& path) {
+  path.backoff = 0;
+  ++path.blamed_timeouts;
+  const EndpointConfig& config = endpoint_.config();
+  if (path.blamed_timeouts >= config.path_fail_timeouts) {
+    if (path.health != PathHealth::Failed) {
+      path.health = PathHealth::Failed;
+      path.probe_interval = endpoint_.probe_interval();
+      path.probe_at = now + path.probe_interval;
+      ++endpoint_.counters_.path_failures;
+    }
+  } else if (path.blamed_timeouts >= config.path_suspect_timeouts && path.health == PathHealth::Active) {
+    // A suspect path carries no data: a probe tells at once whether it
+    // works, at no risk to a message.
+    path.health = PathHealth::Suspect;
+    path.probe_at = now;
+  }
+}
+
+void Connection::probe_path(Time now, SendPath& path) {
+  Control probe;
+  probe.type = wire::PacketType::Probe;
+  probe.path_id = path.id;
+  probe.probe.probe_seq = ++path.probe_seq;
+  probe.probe.timestamp = now;
+  control_.push_back(probe);
+  ++endpoint_.counters_.tx_probes;
+  path.probe_sent = now;
+}
+
+void Connection::on_path_probe_timer(Time now, SendPath& path) {
+  if (path.health == PathHealth::Suspect) {
+    // An unanswered probe while the peer acknowledged later traffic is
+    // another timeout of the path; during a stall it proves nothing.
+    if (path.probe_sent != kNever && delivered_after(path.probe_sent)) blame_path(now, path);
+    if (path.health == PathHealth::Suspect) {
+      probe_path(now, path);
+      path.probe_at = now + rto(path);
+    }
+    if (path.health != PathHealth::Failed) return;
+  }
+  probe_path(now, path);
+  path.probe_interval = std::min<Time>(path.probe_interval * 2, endpoint_.config().max_rto_ns);
+  path.probe_at = now + path.probe_interval;
 }
 
 void Connection::retry_timeout(Time now) {
@@ -383,17 +439,7 @@ void Connection::retry_timeout(Time now) {
 void Connection::on_timer(Time now) {
   for (SendPath& path : paths_) {
     if (path.rto_deadline <= now) path_timeout(now, path);
-    if (path.health == PathHealth::Failed && path.probe_at <= now) {
-      Control probe;
-      probe.type = wire::PacketType::Probe;
-      probe.path_id = path.id;
-      probe.probe.probe_seq = ++path.probe_seq;
-      probe.probe.timestamp = now;
-      control_.push_back(probe);
-      ++endpoint_.counters_.tx_probes;
-      path.probe_interval = std::min<Time>(path.probe_interval * 2, endpoint_.config().max_rto_ns);
-      path.probe_at = now + path.probe_interval;
-    }
+    if (path.health != PathHealth::Active && path.probe_at <= now) on_path_probe_timer(now, path);
   }
   for (QueuePair* qp : qps_) qp->on_timer(now);
   if (retry_deadline() <= now) retry_timeout(now);
@@ -468,8 +514,8 @@ size_t Connection::send_ack(Time now, std::span<uint8_t> out, uint16_t& path_id)
 
 bool Connection::path_has_room(const SendPath& path, uint32_t bytes) const {
   switch (path.health) {
-    case PathHealth::Failed: return false;
-    case PathHealth::Suspect: return path.inflight_bytes == 0;
+    case PathHealth::Failed:
+    case PathHealth::Suspect: return false;
     case PathHealth::Active: break;
   }
   return path.inflight_bytes == 0 || path.inflight_bytes + bytes <= path.cc.window();
@@ -671,7 +717,7 @@ Time Connection::next_wakeup() const {
   }
   for (const SendPath& path : paths_) {
     wake = std::min(wake, path.rto_deadline);
-    if (path.health == PathHealth::Failed) wake = std::min(wake, path.probe_at);
+    if (path.health != PathHealth::Active) wake = std::min(wake, path.probe_at);
   }
   for (const QueuePair* qp : qps_) wake = std::min(wake, qp->next_rnr_resend());
   return std::min(wake, retry_deadline());

@@ -71,9 +71,15 @@ class Connection {
     PathCongestion cc;
     double next_tx_ns = 0;  // pacing
     Time rto_deadline = kNever;
-    uint32_t consecutive_rtos = 0;
+    // Consecutive timeouts that the path itself is to blame for (the peer
+    // acknowledged packets sent after the one that timed out): they move the
+    // path to suspect and failed. The backoff counts timeouts while nothing
+    // sent later was acknowledged anywhere (a stall), which double the RTO.
+    uint32_t blamed_timeouts = 0;
+    uint32_t backoff = 0;
     Time probe_at = kNever;
     Time probe_interval = 0;
+    Time probe_sent = kNever;  // newest probe not yet answered
     uint32_t probe_seq = 0;
     uint32_t last_ce_count = 0;
     // rocev2 go-back-N: resend records from rewind_seq up to next_seq.
@@ -106,6 +112,13 @@ class Connection {
   void declare_lost(SendPath& path, TxRecord& record);
   void trim(SendPath& path);
   void path_timeout(Time now, SendPath& path);
+  // The path lost a packet or a probe while the peer acknowledged traffic
+  // sent after it: counts toward suspect and failed.
+  void blame_path(Time now, SendPath& path);
+  void probe_path(Time now, SendPath& path);
+  void on_path_probe_timer(Time now, SendPath& path);
+  // Did the peer acknowledge something sent after `sent`, on any path?
+  bool delivered_after(Time sent) const { return any_delivered_ && latest_delivered_sent_ > sent; }
   void retry_timeout(Time now);
   void note_progress(Time now);
   Time rto(const SendPath& path) const;
@@ -140,8 +153,9 @@ class Connection {
   uint64_t rate_hint_bps_ = 0;  // 0 = none received
   Time last_progress_ = 0;
   uint32_t retry_count_ = 0;
-  Time last_peer_rx_ = 0;  // any packet from the peer, on any path
-  bool any_peer_rx_ = false;
+  // Send time of the latest-sent packet that the peer acknowledged.
+  Time latest_delivered_sent_ = 0;
+  bool any_delivered_ = false;
 
   // Receiver.
   std::array<ReceiveScoreboard, wire::kMaxPaths> scoreboards_{};
