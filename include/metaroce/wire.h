@@ -72,7 +72,8 @@ struct [[gnu::packed]] CommonHeaderWire {
   uint16_t path_id;    // sender's path index (its UDP source-port slot)
   uint16_t home_port;  // sender's home UDP port: with the source IP it names the
                        // sending endpoint, whatever source port the path uses
-  uint16_t reserved;   // zero on send, ignored on receive
+  uint16_t heard_paths;  // bit i: the sender recently received packets that the
+                         // receiver sent from its path i (i < 16); 0 = no news
 };
 static_assert(sizeof(CommonHeaderWire) == 8);
 
@@ -171,17 +172,24 @@ static_assert(kMaxAckBytes <= 1024);
 // ---------------------------------------------------------------------------
 // Decoded, host-order forms.
 
+// Paths whose reverse direction heard_paths can report.
+inline constexpr uint16_t kHeardPathBits = 16;
+
 struct CommonHeader {
   PacketType type = PacketType::Data;
   uint16_t path_id = 0;
   uint16_t home_port = 0;
+  uint16_t heard_paths = 0;
 };
 
-// Who sends a datagram: the path it leaves on and the sender's home port.
+// Who sends a datagram: the path it leaves on, the sender's home port, and
+// which of the receiver's paths the sender hears.
 struct Origin {
-  Origin(uint16_t path, uint16_t port = 0) : path_id(path), home_port(port) {}  // NOLINT: implicit by design
+  Origin(uint16_t path, uint16_t port = 0, uint16_t heard = 0)  // NOLINT: implicit by design
+      : path_id(path), home_port(port), heard_paths(heard) {}
   uint16_t path_id;
   uint16_t home_port;
+  uint16_t heard_paths;
 };
 
 struct DataHeader {

@@ -14,6 +14,12 @@ namespace {
 // datagram costs on the wire beyond its UDP payload. Used for pacing only.
 constexpr uint32_t kWireOverheadBytes = 66;
 constexpr uint32_t kMaxBackoffShift = 10;
+// A path of the peer counts as heard while it sent one of the peer's last
+// this many packets.
+constexpr uint64_t kHeardWindowPackets = 64;
+// Every this many replies, one goes on a path the peer does not hear, so
+// that a path that comes back is found again.
+constexpr uint32_t kRediscoverEvery = 16;
 
 bool seq_after(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) > 0; }
 
@@ -67,7 +73,36 @@ Time Connection::rto(const SendPath& path) const {
   return std::min<Time>(base << std::min(path.backoff, kMaxBackoffShift), c.max_rto_ns);
 }
 
-wire::Origin Connection::origin(uint16_t path_id) const { return {path_id, endpoint_.config().home_port}; }
+wire::Origin Connection::origin(uint16_t path_id) const {
+  return {path_id, endpoint_.config().home_port, heard_paths()};
+}
+
+uint16_t Connection::heard_paths() const {
+  uint16_t heard = 0;
+  for (uint16_t i = 0; i < wire::kHeardPathBits; ++i)
+    if (heard_at_[i] != 0 && rx_packets_ + 1 - heard_at_[i] < kHeardWindowPackets) heard |= uint16_t(1u << i);
+  return heard;
+}
+
+uint16_t Connection::reply_path() {
+  if (rocev2()) return 0;
+  // Replies rotate over the paths the peer uses: the reverse direction of a
+  // path is hashed independently and may be dead while its forward
+  // direction works. A path the peer reports not hearing is left out of the
+  // rotation but for one reply in kRediscoverEvery, so a dead reverse
+  // direction costs that fraction of the replies rather than its share of
+  // all of them (a lost ACK at the end of a burst costs the sender an RTO).
+  const uint16_t count = std::max<uint16_t>(rx_path_count_, 1);
+  const uint64_t all = count >= 64 ? ~uint64_t{0} : (uint64_t{1} << count) - 1;
+  uint64_t heard = all & peer_hears_;
+  if (count > wire::kHeardPathBits) heard |= all & ~uint64_t{0xffff};  // beyond the report: unknown
+  uint64_t pool = all;
+  if (heard != 0 && heard != all) pool = ++replies_ % kRediscoverEvery == 0 ? all & ~heard : heard;
+  // The next path of the pool after the last reply's.
+  const uint64_t after = reply_cursor_ + 1 >= 64 ? 0 : pool & ~((uint64_t{1} << (reply_cursor_ + 1)) - 1);
+  reply_cursor_ = static_cast<uint16_t>(__builtin_ctzll(after != 0 ? after : pool));
+  return reply_cursor_;
+}
 
 bool Connection::sending_to_us(Time now) const {
   return any_data_rx_ && now - last_data_rx_ <= 4 * endpoint_.config().base_rtt_ns + endpoint_.ack_delay();
@@ -76,6 +111,9 @@ bool Connection::sending_to_us(Time now) const {
 // --- receive ---------------------------------------------------------------
 
 void Connection::on_packet(Time now, const wire::Packet& packet, bool ce_marked) {
+  ++rx_packets_;
+  if (packet.common.path_id < wire::kHeardPathBits) heard_at_[packet.common.path_id] = rx_packets_;
+  peer_hears_ = packet.common.heard_paths;
   switch (packet.common.type) {
     case wire::PacketType::Data: on_data(now, packet, ce_marked); break;
     case wire::PacketType::Ack: on_ack(now, packet.ack); break;
@@ -494,11 +532,9 @@ size_t Connection::send_ack(Time now, std::span<uint8_t> out, uint16_t& path_id)
     if (!listed) ack.streams[ack.stream_count++] = {qp->remote_qpn(), qp->completed_msn()};
   }
   if (!qps_.empty()) ack_stream_cursor_ = (ack_stream_cursor_ + 1) % qps_.size();
-  // ACKs rotate over the paths the peer uses: the reverse direction of a
-  // path is hashed independently and may be dead while its forward direction
-  // works, and every ACK repeats the cumulative state, so a dead reverse path
-  // then costs a fraction of the ACKs rather than all ACKs of a busy path.
-  const uint16_t ack_path = rocev2() ? 0 : static_cast<uint16_t>(ack_path_cursor_++ % std::max<uint16_t>(rx_path_count_, 1));
+  // Every ACK repeats the cumulative state, so a lost one costs little
+  // unless it was the last of a burst.
+  const uint16_t ack_path = reply_path();
   const size_t length = wire::encode_ack(out, origin(ack_path), ack);
   if (length == 0) return 0;
   dirty_paths_ = remaining;
@@ -591,7 +627,7 @@ size_t Connection::send_rewind(Time now, SendPath& path, std::span<uint8_t> out)
     ++path.rewind_seq;
     QueuePair* qp = attached_qp(record.ref.qpn);
     if (qp && !qp->source_readable(record.ref)) qp->abandon_response(record.ref);
-    const size_t length = qp ? qp->build_packet(record.ref, 0, path.rewind_seq - 1, wire::kFlagRetransmit, out) : 0;
+    const size_t length = qp ? qp->build_packet(record.ref, origin(0), path.rewind_seq - 1, wire::kFlagRetransmit, out) : 0;
     if (length == 0) continue;
     record.sent = now;
     if (record.state != TxRecord::State::InFlight) {
@@ -659,7 +695,7 @@ size_t Connection::send_data(Time now, std::span<uint8_t> out, uint16_t& path_id
     qp->abandon_response(ref);
     return 0;
   }
-  const size_t length = qp->build_packet(ref, path->id, path->next_seq, flags, out);
+  const size_t length = qp->build_packet(ref, origin(path->id), path->next_seq, flags, out);
   if (length == 0) return 0;
   path->records.push_back({ref, now, static_cast<uint32_t>(length), TxRecord::State::InFlight});
   ++path->next_seq;
@@ -689,7 +725,7 @@ size_t Connection::poll_transmit(Time now, std::span<uint8_t> out, uint16_t& pat
       // The reply names the probed path in its header but leaves from the
       // next slot in the ACK rotation: the probe proved the forward
       // direction; the probed slot's reverse direction may be the dead one.
-      path_id = static_cast<uint16_t>(ack_path_cursor_++ % std::max<uint16_t>(rx_path_count_, 1));
+      path_id = reply_path();
     }
     return wire::encode_probe(out, origin(c.path_id), c.type, c.probe);
   }

@@ -103,6 +103,11 @@ class Connection {
 
   bool rocev2() const { return profile_ == Profile::RoCEv2; }
   wire::Origin origin(uint16_t path_id) const;
+  // The path an ACK or ProbeReply leaves on (see send_ack).
+  uint16_t reply_path();
+  // Which of the peer's paths (< wire::kHeardPathBits) sent us something
+  // among the last kHeardWindowPackets packets from the peer.
+  uint16_t heard_paths() const;
   QueuePair* attached_qp(uint32_t qpn) const;
   void on_data(Time now, const wire::Packet& packet, bool ce_marked);
   void on_ack(Time now, const wire::Ack& ack);
@@ -167,7 +172,13 @@ class Connection {
   bool ack_now_ = false;
   size_t ack_stream_cursor_ = 0;
   uint16_t rx_path_count_ = 0;   // highest path id the peer sent data on, + 1
-  uint32_t ack_path_cursor_ = 0;
+  uint16_t reply_cursor_ = 0;    // the path of the last reply
+  uint32_t replies_ = 0;
+  // Reverse-path feedback: the peer reports which of our paths it hears
+  // (CommonHeader::heard_paths), and we report which of its paths we hear.
+  uint16_t peer_hears_ = 0;
+  uint64_t rx_packets_ = 0;
+  std::array<uint64_t, wire::kHeardPathBits> heard_at_{};  // rx_packets_ when path i was last heard, + 1
   Time last_data_rx_ = 0;
   bool any_data_rx_ = false;
 
