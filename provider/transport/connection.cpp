@@ -389,14 +389,17 @@ void Connection::path_timeout(Time now, SendPath& path) {
       oldest = &record;
       break;
     }
-    if (oldest && delivered_after(oldest->sent)) {
+    if (oldest && delivered_after(oldest->sent) && !last_active(path)) {
       // The peer acknowledged packets sent after this one on other paths:
       // this path loses what it carries. Judging by what was sent after
       // the lost packet, rather than by whether anything came back at all,
       // keeps a path whose lone packet timed out after everything else was
       // acknowledged (the sender had nothing more in flight) from looking
       // like a stalled peer, so that a dead path is failed, not fed one
-      // packet per backed-off RTO.
+      // packet per backed-off RTO. The last active path is never blamed: a
+      // connection with no path to carry data waits for probes, and under
+      // a heavy CPU load paths that work are blamed for delays that exceed
+      // an RTO.
       for (TxRecord& record : path.records)
         if (record.state == TxRecord::State::InFlight) declare_lost(path, record);
       blame_path(now, path);
@@ -412,6 +415,13 @@ void Connection::path_timeout(Time now, SendPath& path) {
     }
   }
   path.rto_deadline = path.inflight_bytes > 0 || path.rewinding ? now + rto(path) : kNever;
+}
+
+bool Connection::last_active(const SendPath& path) const {
+  if (path.health != PathHealth::Active) return false;
+  for (const SendPath& other : paths_)
+    if (&other != &path && other.health == PathHealth::Active) return false;
+  return true;
 }
 
 void Connection::blame_path(Time now, SendPath& path) {

@@ -124,6 +124,8 @@ class Connection {
   void on_path_probe_timer(Time now, SendPath& path);
   // Did the peer acknowledge something sent after `sent`, on any path?
   bool delivered_after(Time sent) const { return any_delivered_ && latest_delivered_sent_ > sent; }
+  // Is `path` the only active one?
+  bool last_active(const SendPath& path) const;
   void retry_timeout(Time now);
   void note_progress(Time now);
   Time rto(const SendPath& path) const;
