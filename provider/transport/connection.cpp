@@ -14,12 +14,13 @@ namespace {
 // datagram costs on the wire beyond its UDP payload. Used for pacing only.
 constexpr uint32_t kWireOverheadBytes = 66;
 constexpr uint32_t kMaxBackoffShift = 10;
-// A path of the peer counts as heard while it sent one of the peer's last
-// this many packets.
-constexpr uint64_t kHeardWindowPackets = 64;
+// A path of the peer counts as heard while it sent one of the last this
+// many packets from the peer per path the peer uses: a reply rotation
+// visits each path about once per path count.
+constexpr uint64_t kHeardWindowPerPath = 4;
 // Every this many replies, one goes on a path the peer does not hear, so
 // that a path that comes back is found again.
-constexpr uint32_t kRediscoverEvery = 16;
+constexpr uint32_t kRediscoverEvery = 32;
 
 bool seq_after(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) > 0; }
 
@@ -78,29 +79,34 @@ wire::Origin Connection::origin(uint16_t path_id) const {
 }
 
 uint16_t Connection::heard_paths() const {
+  const uint64_t window = kHeardWindowPerPath * std::max<uint16_t>(rx_path_count_, 2);
   uint16_t heard = 0;
   for (uint16_t i = 0; i < wire::kHeardPathBits; ++i)
-    if (heard_at_[i] != 0 && rx_packets_ + 1 - heard_at_[i] < kHeardWindowPackets) heard |= uint16_t(1u << i);
+    if (heard_at_[i] != 0 && rx_packets_ + 1 - heard_at_[i] < window) heard |= uint16_t(1u << i);
   return heard;
 }
 
-uint16_t Connection::reply_path() {
+uint16_t Connection::reply_path(Time now) {
   if (rocev2()) return 0;
   // Replies rotate over the paths the peer uses: the reverse direction of a
   // path is hashed independently and may be dead while its forward
-  // direction works. A path the peer reports not hearing is left out of the
-  // rotation but for one reply in kRediscoverEvery, so a dead reverse
-  // direction costs that fraction of the replies rather than its share of
-  // all of them (a lost ACK at the end of a burst costs the sender an RTO).
+  // direction works. A path we replied on that the peer has not reported
+  // hearing for the RTO floor is left out of the rotation but for one
+  // reply in kRediscoverEvery, so a dead reverse direction costs that
+  // fraction of the replies rather than its share of all of them (a lost
+  // ACK at the end of a burst costs the sender an RTO). Only evidence
+  // excludes a path: one not used lately is not presumed dead.
   const uint16_t count = std::max<uint16_t>(rx_path_count_, 1);
   const uint64_t all = count >= 64 ? ~uint64_t{0} : (uint64_t{1} << count) - 1;
-  uint64_t heard = all & peer_hears_;
-  if (count > wire::kHeardPathBits) heard |= all & ~uint64_t{0xffff};  // beyond the report: unknown
+  uint64_t dead = 0;
+  for (uint16_t i = 0; i < wire::kHeardPathBits && i < count; ++i)
+    if (unheard_since_[i] != kNever && now - unheard_since_[i] > endpoint_.min_rto()) dead |= uint64_t{1} << i;
   uint64_t pool = all;
-  if (heard != 0 && heard != all) pool = ++replies_ % kRediscoverEvery == 0 ? all & ~heard : heard;
+  if (dead != 0 && dead != all) pool = ++replies_ % kRediscoverEvery == 0 ? dead : all & ~dead;
   // The next path of the pool after the last reply's.
   const uint64_t after = reply_cursor_ + 1 >= 64 ? 0 : pool & ~((uint64_t{1} << (reply_cursor_ + 1)) - 1);
   reply_cursor_ = static_cast<uint16_t>(__builtin_ctzll(after != 0 ? after : pool));
+  if (reply_cursor_ < wire::kHeardPathBits && unheard_since_[reply_cursor_] == kNever) unheard_since_[reply_cursor_] = now;
   return reply_cursor_;
 }
 
@@ -113,7 +119,8 @@ bool Connection::sending_to_us(Time now) const {
 void Connection::on_packet(Time now, const wire::Packet& packet, bool ce_marked) {
   ++rx_packets_;
   if (packet.common.path_id < wire::kHeardPathBits) heard_at_[packet.common.path_id] = rx_packets_;
-  peer_hears_ = packet.common.heard_paths;
+  for (uint16_t heard = packet.common.heard_paths; heard != 0; heard &= static_cast<uint16_t>(heard - 1))
+    unheard_since_[__builtin_ctz(heard)] = kNever;
   switch (packet.common.type) {
     case wire::PacketType::Data: on_data(now, packet, ce_marked); break;
     case wire::PacketType::Ack: on_ack(now, packet.ack); break;
@@ -544,7 +551,7 @@ size_t Connection::send_ack(Time now, std::span<uint8_t> out, uint16_t& path_id)
   if (!qps_.empty()) ack_stream_cursor_ = (ack_stream_cursor_ + 1) % qps_.size();
   // Every ACK repeats the cumulative state, so a lost one costs little
   // unless it was the last of a burst.
-  const uint16_t ack_path = reply_path();
+  const uint16_t ack_path = reply_path(now);
   const size_t length = wire::encode_ack(out, origin(ack_path), ack);
   if (length == 0) return 0;
   dirty_paths_ = remaining;
@@ -735,7 +742,7 @@ size_t Connection::poll_transmit(Time now, std::span<uint8_t> out, uint16_t& pat
       // The reply names the probed path in its header but leaves from the
       // next slot in the ACK rotation: the probe proved the forward
       // direction; the probed slot's reverse direction may be the dead one.
-      path_id = reply_path();
+      path_id = reply_path(now);
     }
     return wire::encode_probe(out, origin(c.path_id), c.type, c.probe);
   }

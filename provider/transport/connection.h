@@ -22,6 +22,13 @@
 
 namespace metaroce::transport {
 
+template <size_t N>
+constexpr std::array<Time, N> filled(Time value) {
+  std::array<Time, N> a{};
+  a.fill(value);
+  return a;
+}
+
 class Endpoint;
 class QueuePair;
 
@@ -104,9 +111,9 @@ class Connection {
   bool rocev2() const { return profile_ == Profile::RoCEv2; }
   wire::Origin origin(uint16_t path_id) const;
   // The path an ACK or ProbeReply leaves on (see send_ack).
-  uint16_t reply_path();
+  uint16_t reply_path(Time now);
   // Which of the peer's paths (< wire::kHeardPathBits) sent us something
-  // among the last kHeardWindowPackets packets from the peer.
+  // among the last few packets from the peer.
   uint16_t heard_paths() const;
   QueuePair* attached_qp(uint32_t qpn) const;
   void on_data(Time now, const wire::Packet& packet, bool ce_marked);
@@ -178,7 +185,9 @@ class Connection {
   uint32_t replies_ = 0;
   // Reverse-path feedback: the peer reports which of our paths it hears
   // (CommonHeader::heard_paths), and we report which of its paths we hear.
-  uint16_t peer_hears_ = 0;
+  // unheard_since_[i]: when we first replied on our path i after the peer
+  // last reported hearing it (kNever: no reply since).
+  std::array<Time, wire::kHeardPathBits> unheard_since_ = filled<wire::kHeardPathBits>(kNever);
   uint64_t rx_packets_ = 0;
   std::array<uint64_t, wire::kHeardPathBits> heard_at_{};  // rx_packets_ when path i was last heard, + 1
   Time last_data_rx_ = 0;

@@ -224,8 +224,9 @@ TEST(TransferScenarios, DeadPathOnTheNamespaceFabricsTimescale) {
 TEST(TransferScenarios, AckPathsThePeerDoesNotHearAreLeftOut) {
   // The ACK direction of three of the four links dies 10 ms in. The sender
   // reports which of the receiver's paths it hears (heard_paths), and the
-  // receiver sends its ACKs on those, but for one in 16 that looks for the
-  // others again: a lost last ACK of a burst would cost the sender an RTO.
+  // receiver stops sending its ACKs on paths it used that the sender does
+  // not hear, but for one in 32 that looks for them again: a lost last ACK
+  // of a burst would cost the sender an RTO.
   WriteTransferSpec spec = namespace_fabric_spec();
   const WriteTransferResult clean = run_write_transfer(spec);
   ASSERT_TRUE(clean.completed);
