@@ -61,6 +61,7 @@ enum class NakKind : uint8_t {
   RemoteAccess = 2,      // bad rkey, bounds or access rights
   InvalidRequest = 3,    // malformed or unsupported request for this QP
   Sequence = 4,          // rocev2 profile only: first gap in the path's sequence
+  RemoteOperational = 5, // the responder could not use the receive WQE (e.g. a bad lkey)
 };
 
 // ---------------------------------------------------------------------------

@@ -175,7 +175,7 @@ void Connection::on_data(Time now, const wire::Packet& p, bool ce_marked) {
     }
   }
 
-  const Verdict verdict = wire::is_request(h.opcode) ? qp->on_request(p) : qp->on_response(p);
+  const Verdict verdict = wire::is_request(h.opcode) ? qp->on_request(p) : qp->on_response(now, p);
   // The rocev2 PSN advances only for a packet the QP did not refuse outright.
   if (rocev2() && verdict != Verdict::OutOfWindow && verdict != Verdict::QpNotReady) in_order_.record(h.path_seq);
   switch (verdict) {
@@ -190,7 +190,6 @@ void Connection::on_data(Time now, const wire::Packet& p, bool ce_marked) {
     case Verdict::StaleResponse: ++counters.rx_drop_stale_response; break;
   }
   ++counters.rx_data_packets;
-  if (verdict == Verdict::Placed && !wire::is_request(h.opcode)) note_progress(now);
 
   // The path saw this packet whatever the message layer decided: path
   // reliability is about the network, message problems travel in NAKs.
@@ -225,7 +224,7 @@ void Connection::on_ack(Time now, const wire::Ack& ack) {
   }
   for (uint8_t i = 0; i < ack.stream_count; ++i) {
     QueuePair* qp = attached_qp(ack.streams[i].qpn);
-    if (qp && qp->on_stream_ack(ack.streams[i].completed_msn)) note_progress(now);
+    if (qp) qp->on_stream_ack(now, ack.streams[i].completed_msn);
   }
 }
 
@@ -258,7 +257,7 @@ void Connection::on_path_sack(Time now, SendPath& path, const wire::PathSack& bl
       // Progress means a chunk acknowledged for the first time, not a probe
       // of one already acknowledged.
       QueuePair* qp = attached_qp(record.ref.qpn);
-      if (qp && qp->on_chunk_acked(record.ref)) note_progress(now);
+      if (qp) qp->on_chunk_acked(now, record.ref);
     } else if (record.state == TxRecord::State::InFlight) {
       // Paths are FIFO: a later packet arrived, so this one was lost.
       declare_lost(path, record);
@@ -267,8 +266,10 @@ void Connection::on_path_sack(Time now, SendPath& path, const wire::PathSack& bl
   if (!path.any_acked || seq_after(highest, path.highest_acked)) path.highest_acked = highest;
   path.any_acked = true;
   if (rtt_sample) path.rtt.on_sample(rtt_sample);
-  const uint32_t marks = block.ce_count - path.last_ce_count;
-  path.last_ce_count = block.ce_count;
+  // ce_count is cumulative; an ACK overtaken by a newer one reports less.
+  const int32_t new_marks = static_cast<int32_t>(block.ce_count - path.last_ce_count);
+  const uint32_t marks = new_marks > 0 ? static_cast<uint32_t>(new_marks) : 0;
+  if (new_marks > 0) path.last_ce_count = block.ce_count;
   path.stats.ecn_marks += marks;
   if (acked_packets > 0) {
     path.cc.on_ack(now, acked_bytes, acked_packets, marks, rtt_sample, path.rtt.min_rtt(), path.rtt.srtt());
@@ -327,7 +328,7 @@ void Connection::on_nak(Time now, const wire::Nak& nak) {
     return;
   }
   QueuePair* qp = attached_qp(nak.qpn);
-  if (qp && qp->on_nak(now, nak)) note_progress(now);
+  if (qp) qp->on_nak(now, nak);
 }
 
 void Connection::on_probe_reply(Time now, const wire::Packet& packet) {
@@ -347,11 +348,6 @@ void Connection::on_probe_reply(Time now, const wire::Packet& packet) {
   ++endpoint_.counters_.path_recoveries;
 }
 
-void Connection::note_progress(Time now) {
-  last_progress_ = now;
-  retry_count_ = 0;
-}
-
 void Connection::queue_nak(uint16_t path_id, const wire::Nak& nak) {
   Control c;
   c.type = wire::PacketType::Nak;
@@ -362,23 +358,10 @@ void Connection::queue_nak(uint16_t path_id, const wire::Nak& nak) {
 
 // --- timers ------------------------------------------------------------------
 
-bool Connection::has_outstanding_work() const {
-  for (const QueuePair* qp : qps_)
-    if (qp->has_outstanding_work()) return true;
-  return false;
-}
-
-Time Connection::retry_deadline() const {
-  if (!has_outstanding_work()) return kNever;
+Time Connection::retry_base() const {
   Time base = endpoint_.min_rto();
   for (const SendPath& path : paths_) base = std::max(base, path.rtt.rto(endpoint_.min_rto(), endpoint_.config().max_rto_ns));
-  Time qp_timeout = 0;
-  for (const QueuePair* qp : qps_) qp_timeout = std::max(qp_timeout, qp->config().timeout_ns);
-  // A verbs timeout is a fixed interval, so that retry_cnt + 1 of them bound
-  // how long a dead peer takes to notice, as on an RDMA NIC. Without one the
-  // engine's RTO doubles per expiry.
-  if (qp_timeout > 0) return last_progress_ + std::max(base, qp_timeout);
-  return last_progress_ + (base << std::min(retry_count_, kMaxBackoffShift));
+  return base;
 }
 
 void Connection::path_timeout(Time now, SendPath& path) {
@@ -477,27 +460,16 @@ void Connection::on_path_probe_timer(Time now, SendPath& path) {
   path.probe_at = now + path.probe_interval;
 }
 
-void Connection::retry_timeout(Time now) {
-  ++retry_count_;
-  last_progress_ = now;
-  for (QueuePair* qp : std::vector<QueuePair*>(qps_)) {
-    if (!qp->has_outstanding_work()) continue;
-    if (retry_count_ > qp->config().retry_cnt) {
-      qp->fail_with(WcStatus::RetryExceeded);
-      continue;
-    }
-    ChunkRef ref;
-    if (qp->recover_stalled(ref)) retransmits_.push_back({ref, 0, true});
-  }
-}
-
 void Connection::on_timer(Time now) {
   for (SendPath& path : paths_) {
     if (path.rto_deadline <= now) path_timeout(now, path);
     if (path.health != PathHealth::Active && path.probe_at <= now) on_path_probe_timer(now, path);
   }
-  for (QueuePair* qp : qps_) qp->on_timer(now);
-  if (retry_deadline() <= now) retry_timeout(now);
+  for (QueuePair* qp : std::vector<QueuePair*>(qps_)) {
+    qp->on_timer(now);
+    ChunkRef probe;
+    if (qp->retry_at() <= now && qp->on_retry_timer(now, probe)) retransmits_.push_back({probe, 0, true});
+  }
 }
 
 // --- transmit ----------------------------------------------------------------
@@ -643,9 +615,10 @@ size_t Connection::send_rewind(Time now, SendPath& path, std::span<uint8_t> out)
     TxRecord& record = path.records[index];
     ++path.rewind_seq;
     QueuePair* qp = attached_qp(record.ref.qpn);
-    if (qp && !qp->source_readable(record.ref)) qp->abandon_response(record.ref);
+    if (qp && !qp->source_readable(record.ref)) qp->abandon_source(record.ref);
     const size_t length = qp ? qp->build_packet(record.ref, origin(0), path.rewind_seq - 1, wire::kFlagRetransmit, out) : 0;
     if (length == 0) continue;
+    if (!record.ref.response) qp->on_request_sent(now);
     record.sent = now;
     if (record.state != TxRecord::State::InFlight) {
       record.state = TxRecord::State::InFlight;
@@ -709,11 +682,12 @@ size_t Connection::send_data(Time now, std::span<uint8_t> out, uint16_t& path_id
   QueuePair* qp = attached_qp(ref.qpn);
   if (!qp) return 0;
   if (!qp->source_readable(ref)) {
-    qp->abandon_response(ref);
+    qp->abandon_source(ref);
     return 0;
   }
   const size_t length = qp->build_packet(ref, origin(path->id), path->next_seq, flags, out);
   if (length == 0) return 0;
+  if (!ref.response) qp->on_request_sent(now);
   path->records.push_back({ref, now, static_cast<uint32_t>(length), TxRecord::State::InFlight});
   ++path->next_seq;
   path->inflight_bytes += static_cast<uint32_t>(length);
@@ -772,8 +746,8 @@ Time Connection::next_wakeup() const {
     wake = std::min(wake, path.rto_deadline);
     if (path.health != PathHealth::Active) wake = std::min(wake, path.probe_at);
   }
-  for (const QueuePair* qp : qps_) wake = std::min(wake, qp->next_rnr_resend());
-  return std::min(wake, retry_deadline());
+  for (const QueuePair* qp : qps_) wake = std::min({wake, qp->next_rnr_resend(), qp->retry_at()});
+  return wake;
 }
 
 std::vector<PathSnapshot> Connection::snapshots() const {

@@ -49,6 +49,8 @@ class Connection {
   void queue_nak(uint16_t path_id, const wire::Nak& nak);
   void on_message_completed() { ack_now_ = true; }
   void set_congestion(const CongestionParams& params);
+  // The paths' largest RTO: the shortest transport timeout of a QP.
+  Time retry_base() const;
 
   // For the receiver's rate hint: did this peer send us data recently?
   bool sending_to_us(Time now) const;
@@ -133,11 +135,9 @@ class Connection {
   bool delivered_after(Time sent) const { return any_delivered_ && latest_delivered_sent_ > sent; }
   // Is `path` the only active one?
   bool last_active(const SendPath& path) const;
-  void retry_timeout(Time now);
-  void note_progress(Time now);
+
   Time rto(const SendPath& path) const;
-  Time retry_deadline() const;
-  bool has_outstanding_work() const;
+
   bool has_data_to_send() const;
   bool path_has_room(const SendPath& path, uint32_t bytes) const;
   uint64_t connection_window() const;
@@ -165,8 +165,6 @@ class Connection {
   std::deque<Retransmit> retransmits_;
   double conn_next_tx_ns_ = 0;  // pacing at the peer's rate hint
   uint64_t rate_hint_bps_ = 0;  // 0 = none received
-  Time last_progress_ = 0;
-  uint32_t retry_count_ = 0;
   // Send time of the latest-sent packet that the peer acknowledged.
   Time latest_delivered_sent_ = 0;
   bool any_delivered_ = false;

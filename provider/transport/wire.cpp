@@ -184,7 +184,7 @@ DecodeStatus decode_nak(std::span<const uint8_t> in, Packet& out) {
   if (in.size() > kSize) return DecodeStatus::TrailingBytes;
   const auto w = load<NakWire>(in, kCommonHeaderBytes);
   if (w.kind < static_cast<uint8_t>(NakKind::ReceiverNotReady) ||
-      w.kind > static_cast<uint8_t>(NakKind::Sequence)) {
+      w.kind > static_cast<uint8_t>(NakKind::RemoteOperational)) {
     return DecodeStatus::BadNakKind;
   }
   Nak& n = out.nak;

@@ -391,7 +391,7 @@ TEST(WireRoundTrip, AckEveryCountCombination) {
 
 TEST(WireRoundTrip, NakEveryKind) {
   for (NakKind kind : {NakKind::ReceiverNotReady, NakKind::RemoteAccess,
-                       NakKind::InvalidRequest, NakKind::Sequence}) {
+                       NakKind::InvalidRequest, NakKind::Sequence, NakKind::RemoteOperational}) {
     for (bool extreme : {false, true}) {
       Nak nak;
       nak.kind = kind;
@@ -829,7 +829,7 @@ TEST(WireErrors, BadLengthAtomicsAndRead) {
 
 TEST(WireErrors, BadNakKind) {
   Packet p;
-  for (uint8_t k : {0, 5, 0xFF}) {
+  for (uint8_t k : {0, 6, 0xFF}) {
     Bytes b = make_nak(0, Nak{});
     b[8] = k;
     EXPECT_EQ(decode_all(b, p), DecodeStatus::BadNakKind) << int{k};
