@@ -75,6 +75,19 @@ bool Connection::sending_to_us(Time now) const {
 
 // --- receive ---------------------------------------------------------------
 
+void Connection::on_peer_restart() {
+  scoreboards_ = {};
+  highest_rx_time_ = {};
+  in_order_ = InOrderReceiver{};
+  dirty_paths_ = 0;
+  unacked_packets_ = 0;
+  oldest_unacked_ = kNever;
+  ack_now_ = false;
+  rx_path_count_ = 0;
+  any_data_rx_ = false;
+  for (SendPath& path : paths_) path.last_ce_count = 0;
+}
+
 void Connection::on_packet(Time now, const wire::Packet& packet, bool ce_marked) {
   last_peer_rx_ = now;
   any_peer_rx_ = true;

@@ -53,7 +53,7 @@ struct ChunkRef {
   uint32_t qpn = 0;
   uint32_t msn = 0;
   uint32_t chunk = 0;
-  uint8_t attempt = 0;
+  uint16_t attempt = 0;
   bool response = false;  // a READ/atomic response owed by the local responder
 };
 
@@ -82,7 +82,7 @@ struct OutboundMessage {
   uint32_t chunks = 1;
   uint32_t next_chunk = 0;  // first chunk never sent in this attempt
   ChunkSet acked;           // chunks the peer's SACK confirmed in this attempt
-  uint8_t attempt = 0;
+  uint16_t attempt = 0;     // wraps after 65536 attempts, each at least an RNR delay apart
 
   // Requester only.
   uint64_t wr_id = 0;

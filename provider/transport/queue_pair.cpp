@@ -19,6 +19,10 @@ void QueuePair::to_rtr(Connection* connection, uint32_t remote_qpn, const QpConf
   connection_ = connection;
   remote_qpn_ = remote_qpn;
   config_ = config;
+  // The responder's stream starts at rq_psn, the requester's at sq_psn
+  // (verbs passes it at RTS, set_requester_config()).
+  completed_msn_ = config.rq_psn - 1;
+  next_msn_ = config.sq_psn;
   state_ = QpState::ReadyToReceive;
 }
 

@@ -60,6 +60,8 @@ class QueuePair {
     config_.rnr_retry = config.rnr_retry;
     config_.timeout_ns = config.timeout_ns;
     config_.max_rd_atomic = config.max_rd_atomic;
+    config_.sq_psn = config.sq_psn;
+    next_msn_ = config.sq_psn;
   }
   // Flushes every outstanding work request and stops the stream.
   void to_error();
