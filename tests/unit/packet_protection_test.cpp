@@ -56,21 +56,30 @@ PairKey test_key(uint8_t fill) {
   return k;
 }
 
+// The definition, bit by bit, as the kernel's or any peer's may compute it.
+uint32_t crc32c_bitwise(std::span<const uint8_t> data) {
+  uint32_t reg = 0xFFFFFFFFu;
+  for (const uint8_t byte : data) {
+    reg ^= byte;
+    for (int k = 0; k < 8; ++k) reg = (reg & 1) ? (reg >> 1) ^ 0x82F63B78u : reg >> 1;
+  }
+  return ~reg;
+}
+
 TEST(Crc32c, StandardCheckValue) {
   const std::string check = "123456789";
   const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(check.data()), check.size());
   EXPECT_EQ(crc32c(bytes), 0xE3069283u);
-  EXPECT_EQ(crc32c_portable(bytes), 0xE3069283u);
   EXPECT_EQ(crc32c({}), 0u);
 }
 
-TEST(Crc32c, HardwarePathAgreesWithTableAtEveryLengthAndAlignment) {
+TEST(Crc32c, AgreesWithTheDefinitionAtEveryLengthAndAlignment) {
   const Bytes data = pattern(5000, 3);
   for (size_t offset = 0; offset < 8; ++offset)
     for (size_t n = 0; n + offset <= 2100; n += (n < 400 ? 1 : 37))
-      ASSERT_EQ(crc32c({data.data() + offset, n}), crc32c_portable({data.data() + offset, n}))
+      ASSERT_EQ(crc32c({data.data() + offset, n}), crc32c_bitwise({data.data() + offset, n}))
           << "offset " << offset << " length " << n;
-  EXPECT_EQ(crc32c(data), crc32c_portable(data));
+  EXPECT_EQ(crc32c(data), crc32c_bitwise(data));
 }
 
 TEST(IntegrityTrailer, RoundTripAndEverySingleBitFlipRejected) {
