@@ -340,6 +340,15 @@ void Endpoint::on_datagram(Time now, PeerId from, std::span<const uint8_t> datag
       peer->connection->on_peer_restart();
     }
   }
+  // A QP incarnation talks to one peer incarnation: data for a QP that
+  // bound itself to an earlier one of the peer is stale.
+  if (packet.common.type == wire::PacketType::Data) {
+    QueuePair* qp = find_qp(packet.data.dst_qpn);
+    if (qp && qp->connection() == peer->connection.get() && !qp->bind_peer_epoch(common.src_epoch)) {
+      ++counters_.rx_drop_stale_epoch;
+      return;
+    }
+  }
   session.window(common.dst_epoch != 0).accept(number);
   session.heard(now);
   peer->connection->on_packet(now, packet, ce_marked);

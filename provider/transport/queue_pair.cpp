@@ -23,6 +23,7 @@ void QueuePair::to_rtr(Connection* connection, uint32_t remote_qpn, const QpConf
   // (verbs passes it at RTS, set_requester_config()).
   completed_msn_ = config.rq_psn - 1;
   next_msn_ = config.sq_psn;
+  peer_epoch_ = 0;
   state_ = QpState::ReadyToReceive;
 }
 
@@ -38,6 +39,7 @@ void QueuePair::to_reset() {
   recv_consumed_ = 0;
   completed_msn_ = 0;
   reads_atomics_in_flight_ = 0;
+  peer_epoch_ = 0;
   state_ = QpState::Reset;
 }
 

@@ -108,6 +108,14 @@ class QueuePair {
   // Retry exhaustion from the connection.
   void fail_with(WcStatus status);
 
+  // The peer incarnation this QP incarnation talks to: the epoch of the
+  // first data packet it accepted after RTR. False (drop) for a packet of
+  // another one (docs/spec.md 9.4).
+  bool bind_peer_epoch(uint32_t epoch) {
+    if (peer_epoch_ == 0) peer_epoch_ = epoch;
+    return peer_epoch_ == epoch;
+  }
+
   uint32_t completed_msn() const { return completed_msn_; }
   bool take_ack_dirty() {
     const bool dirty = ack_dirty_;
@@ -143,6 +151,7 @@ class QueuePair {
   QpState state_ = QpState::Reset;
   Connection* connection_ = nullptr;
   uint32_t remote_qpn_ = 0;
+  uint32_t peer_epoch_ = 0;  // 0 until bind_peer_epoch()
 
   // Requester.
   std::deque<OutboundMessage> send_queue_;  // msn order, front = oldest incomplete

@@ -176,6 +176,27 @@ TEST(Incarnations, RestartedPeerOnTheSameHomePortAndQpnsWorksAtOnce) {
   EXPECT_EQ(sink2, source2);
   EXPECT_EQ(a.counters().peer_restarts, 1u);
 
+  // A's first QP belongs to B's first life: B's second life cannot write
+  // through it, although the QP numbers match.
+  {
+    wire::DataHeader h;
+    h.opcode = wire::Opcode::Write;
+    h.dst_qpn = first.qp_a;
+    h.src_qpn = second.qp_b;
+    h.msn = 1;
+    h.msg_length = 16;
+    h.remote_addr = addr(sink1.data());
+    h.rkey = 0;  // dropped before any key is looked at
+    Bytes d(wire::kDataHeaderBytes + 16 + wire::kMaxTrailerBytes, 0xEE);
+    const size_t n = wire::encode_data(d, {0, 4792}, h, nullptr, nullptr, nullptr, 16);
+    d.resize(b2->seal_datagram(kA, d, n + 16));
+    const uint64_t stale = a.counters().rx_drop_stale_epoch;
+    const Bytes sink1_now = sink1;
+    a.on_datagram(pump.now, kB, d, false);
+    EXPECT_EQ(a.counters().rx_drop_stale_epoch, stale + 1);
+    EXPECT_EQ(sink1, sink1_now);
+  }
+
   // Every datagram of B's first life, replayed now, is only counted.
   const EndpointCounters before = a.counters();
   const Bytes sink1_before = sink1, sink2_before = sink2;
