@@ -267,6 +267,8 @@ void Endpoint::on_datagram(Time now, PeerId from, std::span<const uint8_t> datag
     ++counters_.rx_drop_malformed;
     return;
   }
+  // (docs/spec.md 9.3: integrity-mode UD datagrams to QP 1 from the kernel
+  // are to be let through here once UD datagrams exist.)
   if (common.security != config_.security) {
     ++counters_.rx_drop_security_mode;
     return;
