@@ -93,7 +93,8 @@ struct [[gnu::packed]] CommonHeaderWire {
   uint8_t path_id;         // sender's path index (its UDP source-port slot), < kMaxPaths
   uint16_t home_port;      // sender's home UDP port: with the source IP it names the
                            // sending endpoint, whatever source port the path uses
-  uint16_t reserved;       // zero on send, ignored on receive
+  uint16_t heard_paths;    // bit i: the sender recently received packets that the
+                           // receiver sent from its path i (i < 16); 0 = no news
   uint32_t src_epoch;      // the sending endpoint's incarnation: random, never 0
   uint32_t dst_epoch;      // the receiving endpoint's incarnation as the sender
                            // last heard it; 0 = not heard yet
@@ -196,6 +197,9 @@ static_assert(kMaxAckBytes + kMaxTrailerBytes <= 1024);
 // ---------------------------------------------------------------------------
 // Decoded, host-order forms.
 
+// Paths whose reverse direction heard_paths can report.
+inline constexpr uint16_t kHeardPathBits = 16;
+
 struct CommonHeader {
   PacketType type = PacketType::Data;
   Security security = Security::Integrity;
@@ -204,13 +208,17 @@ struct CommonHeader {
   uint32_t src_epoch = 0;
   uint32_t dst_epoch = 0;
   uint32_t packet_number = 0;
+  uint16_t heard_paths = 0;
 };
 
-// Who sends a datagram: the path it leaves on and the sender's home port.
+// Who sends a datagram: the path it leaves on, the sender's home port, and
+// which of the receiver's paths the sender hears.
 struct Origin {
-  Origin(uint16_t path, uint16_t port = 0) : path_id(path), home_port(port) {}  // NOLINT: implicit by design
+  Origin(uint16_t path, uint16_t port = 0, uint16_t heard = 0)  // NOLINT: implicit by design
+      : path_id(path), home_port(port), heard_paths(heard) {}
   uint16_t path_id;
   uint16_t home_port;
+  uint16_t heard_paths;
 };
 
 struct DataHeader {

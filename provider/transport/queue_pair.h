@@ -77,7 +77,7 @@ class QueuePair {
   // Still worth sending (message alive, same attempt, not yet acknowledged)?
   bool chunk_needed(const ChunkRef& ref) const;
   // Writes the data packet for ref; returns its length or 0.
-  size_t build_packet(const ChunkRef& ref, uint16_t path_id, uint32_t path_seq, uint8_t flags,
+  size_t build_packet(const ChunkRef& ref, wire::Origin origin, uint32_t path_seq, uint8_t flags,
                       std::span<uint8_t> out) const;
   uint32_t chunk_payload_bytes(const ChunkRef& ref) const;
   // Returns true when the chunk was not yet acknowledged in this attempt.

@@ -146,7 +146,7 @@ uint32_t QueuePair::chunk_payload_bytes(const ChunkRef& ref) const {
   return static_cast<uint32_t>(std::min<uint64_t>(mtu(), m->length - offset));
 }
 
-size_t QueuePair::build_packet(const ChunkRef& ref, uint16_t path_id, uint32_t path_seq, uint8_t flags,
+size_t QueuePair::build_packet(const ChunkRef& ref, wire::Origin origin, uint32_t path_seq, uint8_t flags,
                                std::span<uint8_t> out) const {
   const OutboundMessage* m = find_message(ref);
   if (!m) return 0;
@@ -167,7 +167,7 @@ size_t QueuePair::build_packet(const ChunkRef& ref, uint16_t path_id, uint32_t p
   h.imm = m->imm;
   if (h.offset + payload == m->length || payload == 0) h.flags |= wire::kFlagAckRequest;
   const size_t header = wire::encode_data(
-      out, {path_id, endpoint_.config().home_port}, h, m->opcode == wire::Opcode::ReadRequest ? &m->read : nullptr,
+      out, origin, h, m->opcode == wire::Opcode::ReadRequest ? &m->read : nullptr,
       wire::is_atomic(m->opcode) ? &m->atomic : nullptr,
       m->opcode == wire::Opcode::AtomicResponse ? &m->atomic_original : nullptr, payload);
   if (header == 0) return 0;

@@ -43,6 +43,7 @@ void store_common(std::span<uint8_t> out, PacketType type, Origin origin) {
   w.type = static_cast<uint8_t>(type);
   w.path_id = static_cast<uint8_t>(origin.path_id);
   w.home_port = to_be(origin.home_port);
+  w.heard_paths = to_be(origin.heard_paths);
   store(out, 0, w);
 }
 
@@ -285,6 +286,7 @@ DecodeStatus decode_common(std::span<const uint8_t> datagram, CommonHeader& out)
   out.security = static_cast<Security>(c.security);
   out.path_id = c.path_id;
   out.home_port = from_be16(c.home_port);
+  out.heard_paths = from_be16(c.heard_paths);
   out.src_epoch = from_be32(c.src_epoch);
   out.dst_epoch = from_be32(c.dst_epoch);
   out.packet_number = from_be32(c.packet_number);

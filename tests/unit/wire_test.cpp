@@ -448,7 +448,7 @@ TEST(WireGolden, WriteImmDataPacket) {
   h.rkey = 0x2C2D2E2F;
   h.imm = 0x30313233;
   const Bytes payload = {0xDE, 0xAD, 0xBE};
-  const Bytes got = make_data({0x0025, 0x12B8}, h, nullptr, nullptr, nullptr, payload);
+  const Bytes got = make_data({0x0025, 0x12B8, 0xA05C}, h, nullptr, nullptr, nullptr, payload);
 
   const Bytes want = {
       // common header
@@ -457,7 +457,7 @@ TEST(WireGolden, WriteImmDataPacket) {
       0x00,                    //  2 security (stamped later)
       0x25,                    //  3 path_id
       0x12, 0xB8,              //  4 home_port (4792)
-      0x00, 0x00,              //  6 reserved
+      0xA0, 0x5C,              //  6 heard_paths
       0x00, 0x00, 0x00, 0x00,  //  8 src_epoch (stamped later)
       0x00, 0x00, 0x00, 0x00,  // 12 dst_epoch (stamped later)
       0x00, 0x00, 0x00, 0x00,  // 16 packet_number (stamped later)
@@ -482,7 +482,7 @@ TEST(WireGolden, WriteImmDataPacket) {
   // stamp_common fills in what the framing adds.
   Bytes stamped = got;
   stamp_common(stamped, Security::Encrypt, 0xA1A2A3A4, 0xB1B2B3B4, 0xC1C2C3C4);
-  const Bytes want_common = {0x02, 0x01, 0x02, 0x25, 0x12, 0xB8, 0x00, 0x00, 0xA1, 0xA2,
+  const Bytes want_common = {0x02, 0x01, 0x02, 0x25, 0x12, 0xB8, 0xA0, 0x5C, 0xA1, 0xA2,
                              0xA3, 0xA4, 0xB1, 0xB2, 0xB3, 0xB4, 0xC1, 0xC2, 0xC3, 0xC4};
   EXPECT_EQ(Bytes(stamped.begin(), stamped.begin() + 20), want_common);
   CommonHeader c;
@@ -497,6 +497,7 @@ TEST(WireGolden, WriteImmDataPacket) {
   expect_data_eq(p.data, h);
   EXPECT_EQ(p.common.path_id, 0x25);
   EXPECT_EQ(p.common.home_port, 4792);
+  EXPECT_EQ(p.common.heard_paths, 0xA05C);
   EXPECT_EQ(peek_home_port(want), std::optional<uint16_t>(4792));
   EXPECT_EQ(peek_home_port(Bytes(want.begin(), want.begin() + 7)), std::nullopt);
   EXPECT_EQ(Bytes(p.payload.begin(), p.payload.end()), payload);
@@ -613,7 +614,7 @@ TEST(WireGolden, NakAndProbe) {
 
 TEST(WireDecode, ReservedFieldsIgnoredOnReceive) {
   Bytes data = encode_case(data_case(Opcode::ReadRequest, true, 0));
-  for (size_t i : {6, 7, 80, 81, 82, 83}) data[i] = 0x5A;
+  for (size_t i : {80, 81, 82, 83}) data[i] = 0x5A;
   Packet p;
   EXPECT_EQ(decode_all(data, p), DecodeStatus::Ok);
 
@@ -1008,9 +1009,9 @@ TEST(WireEncode, ReservedBytesWrittenAsZero) {
   const Bytes data = encode_case(data_case(Opcode::ReadRequest, true, 0));
   // The encoders leave the security byte, epochs and packet number zero
   // for stamp_common().
-  for (size_t i : {2, 6, 7, 8, 11, 12, 15, 16, 19, 80, 81, 82, 83}) EXPECT_EQ(data[i], 0) << i;
+  for (size_t i : {2, 8, 11, 12, 15, 16, 19, 80, 81, 82, 83}) EXPECT_EQ(data[i], 0) << i;
   const Bytes ack = make_ack(0, full_ack(true, 1));
-  for (size_t i : {2, 6, 7, 22, 23, 32, 33, 34, 35}) EXPECT_EQ(ack[i], 0) << i;
+  for (size_t i : {2, 22, 23, 32, 33, 34, 35}) EXPECT_EQ(ack[i], 0) << i;
   const Bytes probe = make_probe(0, PacketType::Probe, {kMax32, kMax64});
   for (size_t i = 24; i < 28; ++i) EXPECT_EQ(probe[i], 0) << i;
 }
