@@ -27,6 +27,7 @@
 #include "runtime.h"
 
 #include <pthread.h>
+#include <sys/random.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -293,6 +294,14 @@ bool RuntimeImpl::start(std::string& error) {
 
   transport::EndpointConfig config = options_.endpoint;
   config.home_port = home_port_;
+  // Each context's epoch and memory keys come from fresh randomness, so that
+  // a restarted process is a new incarnation to its peers.
+  while (config.random_seed == 0) {
+    if (::getrandom(&config.random_seed, sizeof config.random_seed, 0) != sizeof config.random_seed) {
+      error = std::string("getrandom: ") + std::strerror(errno);
+      return false;
+    }
+  }
   config.pacing_burst_ns = options_.pacing_burst_ns;
   engine_ = std::make_unique<transport::Endpoint>(config);
   path_count_ = std::max<uint16_t>(engine_->config().paths, 1);

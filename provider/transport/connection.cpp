@@ -116,6 +116,19 @@ bool Connection::sending_to_us(Time now) const {
 
 // --- receive ---------------------------------------------------------------
 
+void Connection::on_peer_restart() {
+  scoreboards_ = {};
+  highest_rx_time_ = {};
+  in_order_ = InOrderReceiver{};
+  dirty_paths_ = 0;
+  unacked_packets_ = 0;
+  oldest_unacked_ = kNever;
+  ack_now_ = false;
+  rx_path_count_ = 0;
+  any_data_rx_ = false;
+  for (SendPath& path : paths_) path.last_ce_count = 0;
+}
+
 void Connection::on_packet(Time now, const wire::Packet& packet, bool ce_marked) {
   ++rx_packets_;
   if (packet.common.path_id < wire::kHeardPathBits) heard_at_[packet.common.path_id] = rx_packets_;
@@ -515,7 +528,7 @@ size_t Connection::send_ack(Time now, std::span<uint8_t> out, uint16_t& path_id)
   }
   for (size_t i = 0; i < qps_.size() && ack.stream_count < wire::kMaxAckStreams; ++i) {
     QueuePair* qp = qps_[(ack_stream_cursor_ + i) % qps_.size()];
-    if (qp->completed_msn() == 0) continue;
+    if (!qp->completed_any()) continue;
     bool listed = false;
     for (uint8_t j = 0; j < ack.stream_count; ++j) listed |= ack.streams[j].qpn == qp->remote_qpn();
     if (!listed) ack.streams[ack.stream_count++] = {qp->remote_qpn(), qp->completed_msn()};

@@ -41,6 +41,9 @@ class Connection {
   void detach(QueuePair* qp);
 
   void on_packet(Time now, const wire::Packet& packet, bool ce_marked);
+  // The peer came back as a new incarnation (docs/spec.md 9.4): what we
+  // recorded of its paths, and what it reported of ours, starts again.
+  void on_peer_restart();
   void on_timer(Time now);
   // Writes the next datagram due now; returns its length (0 = nothing due).
   size_t poll_transmit(Time now, std::span<uint8_t> out, uint16_t& path_id);

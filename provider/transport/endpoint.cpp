@@ -10,12 +10,37 @@
 
 namespace metaroce::transport {
 
+namespace {
+
+uint64_t mix(uint64_t x) {  // splitmix64's finaliser
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+uint64_t seed_of(const EndpointConfig& config) {
+  if (config.random_seed != 0) return config.random_seed;
+  return mix((uint64_t{config.home_port} << 32) ^ config.qpn_base);
+}
+
+uint32_t epoch_of(const EndpointConfig& config) {
+  if (config.epoch != 0) return config.epoch;
+  uint64_t x = seed_of(config);
+  uint32_t epoch = 0;
+  while (epoch == 0) epoch = static_cast<uint32_t>(x = mix(x));
+  return epoch;
+}
+
+}  // namespace
+
 struct Endpoint::CompletionQueue {
   uint32_t capacity = 0;
   std::deque<Completion> entries;
 };
 
-Endpoint::Endpoint(const EndpointConfig& config) : config_(config) {
+Endpoint::Endpoint(const EndpointConfig& config)
+    : config_(config), epoch_(epoch_of(config)), memory_(mix(seed_of(config) ^ 0x6b657973)) {
   config_.mtu = std::clamp<uint32_t>(config_.mtu, 256, 65536 - 128);
   if (config_.profile == Profile::RoCEv2) config_.paths = 1;
   config_.paths = std::clamp<uint16_t>(config_.paths, 1, wire::kMaxPaths);
@@ -57,15 +82,15 @@ uint64_t Endpoint::inbound_capacity_bps() const {
 
 size_t Endpoint::active_senders(Time now) const {
   size_t count = 0;
-  for (const auto& [peer, connection] : connections_)
-    if (connection->sending_to_us(now)) ++count;
+  for (const auto& [id, peer] : connections_)
+    if (peer.connection->sending_to_us(now)) ++count;
   return count;
 }
 
 void Endpoint::set_congestion(const CongestionConfig& cc) {
   config_.cc = cc;
   const CongestionParams params = congestion_params();
-  for (auto& [peer, connection] : connections_) connection->set_congestion(params);
+  for (auto& [id, peer] : connections_) peer.connection->set_congestion(params);
 }
 
 // --- completion queues ----------------------------------------------------------
@@ -213,44 +238,163 @@ PostResult Endpoint::post_recv(uint32_t qpn, const RecvWr& wr) {
 
 // --- connections and I/O ---------------------------------------------------------
 
-Connection* Endpoint::connection_for(PeerId peer, bool create) {
+Endpoint::Peer* Endpoint::peer_for(PeerId peer, bool create) {
   auto it = connections_.find(peer);
-  if (it != connections_.end()) return it->second.get();
+  if (it != connections_.end()) return &it->second;
   if (!create) return nullptr;
-  auto connection = std::make_unique<Connection>(*this, peer);
-  Connection* raw = connection.get();
-  connections_.emplace(peer, std::move(connection));
-  return raw;
+  Peer& fresh = connections_[peer];
+  fresh.connection = std::make_unique<Connection>(*this, peer);
+  return &fresh;
+}
+
+Connection* Endpoint::connection_for(PeerId peer, bool create) {
+  Peer* p = peer_for(peer, create);
+  return p ? p->connection.get() : nullptr;
+}
+
+void Endpoint::set_peer_key(PeerId peer, const PairKey& key, uint8_t role) {
+  peer_for(peer, true)->session.set_pair_key(key, role);
 }
 
 void Endpoint::on_datagram(Time now, PeerId from, std::span<const uint8_t> datagram, bool ce_marked) {
   ++counters_.rx_datagrams;
-  // Decoding first: nothing is looked up or allocated for a malformed datagram.
+  // Nothing is looked up or allocated for a datagram that is malformed or
+  // fails its integrity check; nothing changes for one that fails any check.
   wire::Packet& packet = rx_packet_;
-  if (wire::decode(datagram, packet) != wire::DecodeStatus::Ok) {
+  wire::CommonHeader& common = packet.common;
+  if (wire::decode_common(datagram, common) != wire::DecodeStatus::Ok ||
+      datagram.size() < wire::kCommonHeaderBytes + wire::trailer_bytes(common.security)) {
     ++counters_.rx_drop_malformed;
     return;
   }
-  Connection* connection = connection_for(from, false);
-  if (!connection) {
+  // (docs/spec.md 9.3: integrity-mode UD datagrams to QP 1 from the kernel
+  // are to be let through here once UD datagrams exist.)
+  if (common.security != config_.security) {
+    ++counters_.rx_drop_security_mode;
+    return;
+  }
+  const bool integrity_only = common.security == wire::Security::Integrity;
+  std::span<const uint8_t> inner = datagram.first(datagram.size() - wire::trailer_bytes(common.security));
+  if (integrity_only) {
+    if (!check_integrity(datagram)) {
+      ++counters_.rx_drop_integrity;
+      return;
+    }
+    // Without keys the body can be decoded before anything is looked up.
+    if (wire::decode(inner, packet) != wire::DecodeStatus::Ok) {
+      ++counters_.rx_drop_malformed;
+      return;
+    }
+  }
+  Peer* peer = peer_for(from, false);
+  if (!peer) {
     ++counters_.rx_drop_unknown_peer;
     return;
   }
-  connection->on_packet(now, packet, ce_marked);
+  if (common.dst_epoch != 0 && common.dst_epoch != epoch_) {
+    ++counters_.rx_drop_stale_epoch;
+    return;
+  }
+  PeerSession& session = peer->session;
+  const PeerSession::EpochVerdict verdict = session.classify(common.src_epoch, now, min_rto());
+  if (verdict == PeerSession::EpochVerdict::Stale) {
+    ++counters_.rx_drop_stale_epoch;
+    return;
+  }
+  const bool fresh_epoch = verdict == PeerSession::EpochVerdict::New;
+  // A new incarnation's numbering starts from nothing.
+  ReplayWindow unseen;
+  ReplayWindow& window = fresh_epoch ? unseen : session.window(common.dst_epoch != 0);
+  const uint64_t number = window.expand(common.packet_number);
+  if (window.check(number) != ReplayWindow::Check::Fresh) {
+    ++counters_.rx_drop_replay;
+    return;
+  }
+  std::unique_ptr<TrafficKey> candidate;
+  if (!integrity_only) {
+    if (!session.keyed()) {
+      ++counters_.rx_drop_no_key;
+      return;
+    }
+    TrafficKey* key = nullptr;
+    if (fresh_epoch) {
+      candidate = session.candidate_key(common.src_epoch, common.dst_epoch);
+      key = candidate.get();
+    } else {
+      key = session.rx_key(common.src_epoch, common.dst_epoch);
+    }
+    if (common.security == wire::Security::Encrypt) rx_plain_.resize(inner.size());
+    if (!key || !key->open(common.security, datagram, number, rx_plain_)) {
+      ++counters_.rx_drop_integrity;
+      return;
+    }
+    if (common.security == wire::Security::Encrypt) inner = rx_plain_;
+    if (wire::decode(inner, packet) != wire::DecodeStatus::Ok) {
+      ++counters_.rx_drop_malformed;
+      return;
+    }
+  }
+  if (fresh_epoch) {
+    const bool restart = session.peer_epoch() != 0;
+    session.adopt(common.src_epoch);
+    if (restart) {
+      ++counters_.peer_restarts;
+      peer->connection->on_peer_restart();
+    }
+  }
+  // A QP incarnation talks to one peer incarnation: data for a QP that
+  // bound itself to an earlier one of the peer is stale.
+  if (packet.common.type == wire::PacketType::Data) {
+    QueuePair* qp = find_qp(packet.data.dst_qpn);
+    if (qp && qp->connection() == peer->connection.get() && !qp->bind_peer_epoch(common.src_epoch)) {
+      ++counters_.rx_drop_stale_epoch;
+      return;
+    }
+  }
+  session.window(common.dst_epoch != 0).accept(number);
+  session.heard(now);
+  peer->connection->on_packet(now, packet, ce_marked);
+}
+
+size_t Endpoint::seal_datagram(PeerId peer, std::span<uint8_t> buf, size_t length) {
+  Peer* p = peer_for(peer, false);
+  if (!p || length < wire::kCommonHeaderBytes || buf.size() < length + wire::trailer_bytes(config_.security))
+    return 0;
+  return frame(*p, buf, length);
+}
+
+size_t Endpoint::frame(Peer& peer, std::span<uint8_t> buf, size_t length) {
+  PeerSession& session = peer.session;
+  const uint32_t dst_epoch = session.peer_epoch();
+  const uint64_t number = session.next_packet_number(dst_epoch);
+  wire::stamp_common(buf, config_.security, epoch_, dst_epoch, static_cast<uint32_t>(number));
+  if (config_.security == wire::Security::Integrity) {
+    seal_integrity(buf, length);
+    return length + wire::kIntegrityTrailerBytes;
+  }
+  TrafficKey* key = session.tx_key(epoch_, dst_epoch);
+  if (!key || !key->seal(config_.security, buf, length, number)) {
+    ++counters_.tx_drop_no_key;
+    return 0;
+  }
+  return length + wire::kAuthTagBytes;
 }
 
 void Endpoint::on_timer(Time now) {
-  for (auto& [peer, connection] : connections_) connection->on_timer(now);
+  for (auto& [id, peer] : connections_) peer.connection->on_timer(now);
 }
 
 std::optional<TxDatagram> Endpoint::poll_transmit(Time now, std::span<uint8_t> buf) {
   if (connections_.empty()) return std::nullopt;
+  if (buf.size() <= wire::kMaxTrailerBytes) return std::nullopt;
+  const std::span<uint8_t> body = buf.first(buf.size() - wire::kMaxTrailerBytes);
   // Round-robin over connections, starting after the one served last.
   auto start = connections_.upper_bound(tx_cursor_);
   for (size_t i = 0; i < connections_.size(); ++i) {
     if (start == connections_.end()) start = connections_.begin();
     uint16_t path_id = 0;
-    const size_t length = start->second->poll_transmit(now, buf, path_id);
+    size_t length = start->second.connection->poll_transmit(now, body, path_id);
+    if (length > 0) length = frame(start->second, buf, length);
     if (length > 0) {
       tx_cursor_ = start->first;
       return TxDatagram{start->first, path_id, static_cast<uint32_t>(length)};
@@ -261,26 +405,26 @@ std::optional<TxDatagram> Endpoint::poll_transmit(Time now, std::span<uint8_t> b
 }
 
 size_t Endpoint::max_datagram_bytes() const {
-  return std::max<size_t>(config_.mtu + wire::kDataHeaderBytes + 16, wire::kMaxAckBytes);
+  return std::max<size_t>(config_.mtu + wire::kDataHeaderBytes + 16, wire::kMaxAckBytes) + wire::kMaxTrailerBytes;
 }
 
 Time Endpoint::next_wakeup() const {
   Time wake = kNever;
-  for (const auto& [peer, connection] : connections_) wake = std::min(wake, connection->next_wakeup());
+  for (const auto& [id, peer] : connections_) wake = std::min(wake, peer.connection->next_wakeup());
   return wake;
 }
 
 std::vector<PeerId> Endpoint::peers() const {
   std::vector<PeerId> out;
   out.reserve(connections_.size());
-  for (const auto& [peer, connection] : connections_) out.push_back(peer);
+  for (const auto& [id, peer] : connections_) out.push_back(id);
   return out;
 }
 
 std::vector<PathSnapshot> Endpoint::path_snapshots(PeerId peer) const {
   auto it = connections_.find(peer);
   if (it == connections_.end()) return {};
-  return it->second->snapshots();
+  return it->second.connection->snapshots();
 }
 
 }  // namespace metaroce::transport

@@ -28,7 +28,9 @@
 #include "counters.h"
 #include "memory.h"
 #include "metaroce/wire.h"
+#include "packet_protection.h"
 #include "path_congestion.h"
+#include "peer_session.h"
 #include "types.h"
 
 namespace metaroce::transport {
@@ -50,6 +52,8 @@ class Endpoint {
   Endpoint& operator=(const Endpoint&) = delete;
 
   const EndpointConfig& config() const { return config_; }
+  // This endpoint's incarnation, in every datagram it sends.
+  uint32_t epoch() const { return epoch_; }
 
   // --- memory -------------------------------------------------------------
   MemoryRegistry& memory() { return memory_; }
@@ -88,7 +92,21 @@ class Endpoint {
   PostResult post_send(uint32_t qpn, const SendWr& wr);
   PostResult post_recv(uint32_t qpn, const RecvWr& wr);
 
+  // --- security -----------------------------------------------------------
+  // The key metaroced derived for this endpoint and `peer` (authenticate and
+  // encrypt modes) and this end's role in the pair (0 for the end whose
+  // address and home port sort first). Creates the peer's connection.
+  void set_peer_key(PeerId peer, const PairKey& key, uint8_t role);
+
+  // Frames a datagram the wire encoders wrote (length bytes in buf) as this
+  // endpoint sends to `peer`: epochs, the next packet number, the trailer.
+  // For drivers and tests that craft packets. Returns the framed length, 0
+  // when it cannot (unknown peer, no key, buf without room for the trailer).
+  size_t seal_datagram(PeerId peer, std::span<uint8_t> buf, size_t length);
+
   // --- I/O ----------------------------------------------------------------
+  // Every datagram is checked (trailer, epochs, packet number) before its
+  // body is decoded; see docs/spec.md section 9.
   void on_datagram(Time now, PeerId from, std::span<const uint8_t> datagram, bool ce_marked);
   void on_timer(Time now);
   // Writes the next datagram due at `now` into buf (which must hold at least
@@ -120,18 +138,27 @@ class Endpoint {
   friend class Connection;
   friend class QueuePair;
 
+  struct Peer {
+    std::unique_ptr<Connection> connection;
+    PeerSession session;
+  };
+  Peer* peer_for(PeerId peer, bool create);
   Connection* connection_for(PeerId peer, bool create);
+  // Writes the trailer of the datagram the peer's connection wrote; returns
+  // the datagram's new length, 0 when it cannot be sent.
+  size_t frame(Peer& peer, std::span<uint8_t> buf, size_t length);
   QueuePair* find_qp(uint32_t qpn) const;
   void push_completion(uint32_t cq, const Completion& completion);
 
   EndpointConfig config_;
+  uint32_t epoch_ = 0;
   MemoryRegistry memory_;
   EndpointCounters counters_;
   struct CompletionQueue;
   std::unordered_map<uint32_t, std::unique_ptr<CompletionQueue>> cqs_;
   std::unordered_map<uint32_t, std::unique_ptr<QueuePair>> qps_;
   // Ordered so that iteration (transmit scheduling) is deterministic.
-  std::map<PeerId, std::unique_ptr<Connection>> connections_;
+  std::map<PeerId, Peer> connections_;
   std::function<void(uint32_t)> completion_observer_;
   uint32_t next_cq_ = 1;
   uint32_t next_qpn_index_ = 0;
@@ -140,6 +167,8 @@ class Endpoint {
   // Packet is over 1 KB, and zeroing a fresh one per datagram cost more than
   // decoding it. decode() writes every member that the packet's type uses.
   wire::Packet rx_packet_;
+  // Encrypt mode: the decrypted datagram being handled.
+  std::vector<uint8_t> rx_plain_;
 };
 
 }  // namespace metaroce::transport

@@ -54,7 +54,7 @@ struct ChunkRef {
   uint32_t qpn = 0;
   uint32_t msn = 0;
   uint32_t chunk = 0;
-  uint8_t attempt = 0;
+  uint16_t attempt = 0;
   bool response = false;  // a READ/atomic response owed by the local responder
 };
 
@@ -84,7 +84,7 @@ struct OutboundMessage {
   uint32_t next_chunk = 0;  // first chunk never sent in this attempt
   ChunkSet acked;           // chunks the peer's SACK confirmed in this attempt
   ChunkSet ever_acked;      // ... in any attempt: a chunk acknowledged again is no progress
-  uint8_t attempt = 0;
+  uint16_t attempt = 0;     // wraps after 65536 attempts, each at least an RNR delay apart
 
   // Requester only.
   uint64_t wr_id = 0;
@@ -124,7 +124,7 @@ struct InboundMessage {
   wire::ReadRequest read{};
   wire::AtomicRequest atomic{};
   ChunkSet received;
-  uint8_t attempt = 0;                    // of the newest packet
+  uint16_t attempt = 0;                   // of the newest packet
   std::optional<RequestFailure> failure;  // NAKed; the QP fails when the stream reaches it
   int naked_attempt = -1;                 // attempt last NAKed
 };

@@ -19,6 +19,11 @@ void QueuePair::to_rtr(Connection* connection, uint32_t remote_qpn, const QpConf
   connection_ = connection;
   remote_qpn_ = remote_qpn;
   config_ = config;
+  // The responder's stream starts at rq_psn, the requester's at sq_psn
+  // (verbs passes it at RTS, set_requester_config()).
+  completed_msn_ = config.rq_psn - 1;
+  next_msn_ = config.sq_psn;
+  peer_epoch_ = 0;
   state_ = QpState::ReadyToReceive;
 }
 
@@ -39,6 +44,7 @@ void QueuePair::to_reset() {
   fatal_.reset();
   fatal_naked_attempt_ = -1;
   abandoned_.clear();
+  peer_epoch_ = 0;
   state_ = QpState::Reset;
 }
 

@@ -65,6 +65,8 @@ class QueuePair {
     config_.rnr_retry = config.rnr_retry;
     config_.timeout_ns = config.timeout_ns;
     config_.max_rd_atomic = config.max_rd_atomic;
+    config_.sq_psn = config.sq_psn;
+    next_msn_ = config.sq_psn;
   }
   // Flushes every outstanding work request and stops the stream.
   void to_error();
@@ -119,7 +121,18 @@ class QueuePair {
   // Retry exhaustion from the connection.
   void fail_with(WcStatus status);
 
+  // The peer incarnation this QP incarnation talks to: the epoch of the
+  // first data packet it accepted after RTR. False (drop) for a packet of
+  // another one (docs/spec.md 9.4).
+  bool bind_peer_epoch(uint32_t epoch) {
+    if (peer_epoch_ == 0) peer_epoch_ = epoch;
+    return peer_epoch_ == epoch;
+  }
+
   uint32_t completed_msn() const { return completed_msn_; }
+  // Has the responder completed a message since RTR (so completed_msn()
+  // is worth reporting)?
+  bool completed_any() const { return completed_msn_ != config_.rq_psn - 1; }
   bool take_ack_dirty() {
     const bool dirty = ack_dirty_;
     ack_dirty_ = false;
@@ -156,7 +169,7 @@ class QueuePair {
   bool requests_outstanding() const;
   void complete_send_wr(const OutboundMessage& message, WcStatus status);
   void flush();
-  wire::Nak make_nak(wire::NakKind kind, uint32_t msn, uint8_t attempt) const;
+  wire::Nak make_nak(wire::NakKind kind, uint32_t msn, uint16_t attempt) const;
   void nak(wire::NakKind kind, const wire::Packet& packet);
   static bool nak_due(int& naked_attempt, const wire::Packet& packet);
   uint32_t mtu() const;
@@ -170,6 +183,7 @@ class QueuePair {
   QpState state_ = QpState::Reset;
   Connection* connection_ = nullptr;
   uint32_t remote_qpn_ = 0;
+  uint32_t peer_epoch_ = 0;  // 0 until bind_peer_epoch()
 
   // Requester.
   std::deque<OutboundMessage> send_queue_;  // msn order, front = oldest incomplete

@@ -71,7 +71,7 @@ void QueuePair::abandon_source(const ChunkRef& ref) {
 
 // --- requests arriving at the responder --------------------------------------
 
-wire::Nak QueuePair::make_nak(wire::NakKind kind, uint32_t msn, uint8_t attempt) const {
+wire::Nak QueuePair::make_nak(wire::NakKind kind, uint32_t msn, uint16_t attempt) const {
   wire::Nak n;
   n.kind = kind;
   n.attempt = attempt;

@@ -240,7 +240,7 @@ std::unique_ptr<io::Runtime> start_with_daemon(const Device& device, const Optio
   std::string why;
   daemon = DaemonClient::connect(why);
   if (!daemon) {
-    warn_once("no metaroced (" + why + "); choosing ports locally");
+    warn_once("no metaroced (" + why + "); choosing ports locally, integrity mode (datagrams are not authenticated)");
     return nullptr;
   }
   const transport::CongestionConfig baseline = ro.endpoint.cc;
@@ -259,6 +259,7 @@ std::unique_ptr<io::Runtime> start_with_daemon(const Device& device, const Optio
     ro.endpoint.qpn_base = qpn_base_for_port(ro.home_port);
     ro.test_seed = o.test_seed ? o.test_seed : 0x9e3779b97f4a7c15ull ^ ro.home_port;
     ro.path_source_ports = lease->source_ports;
+    ro.endpoint.security = lease->security;
     if (!o.paths_explicit) ro.endpoint.paths = static_cast<uint16_t>(lease->source_ports.size());
     ctl::apply_policy(lease->policy, ro.endpoint.cc);
     if (lease->policy.rate_hint_utilization) ro.endpoint.rate_hint_utilization = *lease->policy.rate_hint_utilization;
@@ -269,7 +270,7 @@ std::unique_ptr<io::Runtime> start_with_daemon(const Device& device, const Optio
     }
     if (why.find("in use") == std::string::npos) break;
   }
-  warn_once("metaroced lease failed (" + why + "); choosing ports locally");
+  warn_once("metaroced lease failed (" + why + "); choosing ports locally, integrity mode (datagrams are not authenticated)");
   daemon.reset();
   return nullptr;
 }
@@ -357,18 +358,34 @@ void Context::on_completion(uint32_t cq) {
   }
 }
 
-void Context::route_peer(transport::PeerId peer, const sockaddr_storage& address) {
-  if (!daemon || peer == 0) return;
+bool Context::route_peer(transport::PeerId peer, const sockaddr_storage& address) {
+  if (!daemon || peer == 0) return true;
   std::lock_guard<std::mutex> lock(routing_mutex);  // a second QP to the peer waits for the first's ports
-  if (!routed_peers.insert(peer).second) return;
+  const wire::Security security = engine([](transport::Endpoint& e) { return e.config().security; });
+  if (security != wire::Security::Integrity && !keyed_peers.count(peer)) {
+    std::string error;
+    const std::optional<PeerKey> key = daemon->peer_key(home_port, address, error);
+    if (!key) {
+      std::fprintf(stderr, "metaroce: %s: no key for a peer in %s mode (%s)\n", device->name.c_str(),
+                   wire::to_string(security), error.c_str());
+      return false;
+    }
+    engine([&](transport::Endpoint& e) {
+      e.set_peer_key(peer, key->key, key->role);
+      return 0;
+    });
+    keyed_peers.insert(peer);
+  }
+  if (!routed_peers.insert(peer).second) return true;
   std::string error;
   const std::optional<PeerPorts> ports = daemon->peer_ports(home_port, address, paths, error);
   if (!ports) {
     warn_once("metaroced gave no source ports for a peer (" + error + "); using the default ports");
-    return;
+    return true;
   }
   if (!ports->source_ports.empty() && !runtime->route_peer(peer, ports->source_ports, error))
     warn_once("cannot use the source ports metaroced discovered for a peer (" + error + "); using the default ports");
+  return true;
 }
 
 verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data) {
@@ -482,6 +499,11 @@ void dump_stats(Context& ctx) {
                  "{\"metaroce_stats\":{\"io_uring\":%s,\"gso\":%s,\"gro\":%s,\"datagrams_sent\":%llu,\"send_syscalls\":%llu,"
                  "\"gso_sends\":%llu,\"datagrams_received\":%llu,\"receive_syscalls\":%llu,\"gro_receives\":%llu,"
                  "\"progress_wakeups\":%llu,\"unknown_sender_drops\":%llu,\"truncated_drops\":%llu,\"rx_datagrams\":%llu,\"rx_drop_malformed\":%llu,\"rx_drop_unknown_peer\":%llu,"
+                 "\"security\":\"%s\",\"rx_drop_integrity\":%llu,\"rx_drop_security_mode\":%llu,\"rx_drop_no_key\":%llu,"
+                 "\"rx_drop_stale_epoch\":%llu,\"rx_drop_replay\":%llu,\"rx_drop_unknown_qp\":%llu,\"rx_drop_qp_state\":%llu,"
+                 "\"rx_drop_out_of_window\":%llu,\"rx_drop_bad_request\":%llu,\"rx_drop_access\":%llu,\"rx_drop_rnr\":%llu,"
+                 "\"rx_drop_stale_response\":%llu,\"rx_duplicate_completed\":%llu,\"rx_duplicate_chunk\":%llu,"
+                 "\"peer_restarts\":%llu,"
                  "\"tx_data_packets\":%llu,\"tx_retransmits\":%llu,\"spurious_retransmits\":%llu,"
                  "\"rto_expirations\":%llu,\"path_failures\":%llu,\"path_recoveries\":%llu,\"tx_acks\":%llu,"
                  "\"rx_acks\":%llu,\"tx_probes\":%llu,\"paths\":[",
@@ -491,7 +513,15 @@ void dump_stats(Context& ctx) {
                  (unsigned long long)io.receive_syscalls, (unsigned long long)io.gro_receives,
                  (unsigned long long)io.progress_wakeups, (unsigned long long)io.unknown_sender_drops, (unsigned long long)io.truncated_drops,
                  (unsigned long long)c.rx_datagrams, (unsigned long long)c.rx_drop_malformed,
-                 (unsigned long long)c.rx_drop_unknown_peer, (unsigned long long)c.tx_data_packets,
+                 (unsigned long long)c.rx_drop_unknown_peer, wire::to_string(e.config().security),
+                 (unsigned long long)c.rx_drop_integrity, (unsigned long long)c.rx_drop_security_mode,
+                 (unsigned long long)c.rx_drop_no_key, (unsigned long long)c.rx_drop_stale_epoch,
+                 (unsigned long long)c.rx_drop_replay, (unsigned long long)c.rx_drop_unknown_qp,
+                 (unsigned long long)c.rx_drop_qp_state, (unsigned long long)c.rx_drop_out_of_window,
+                 (unsigned long long)c.rx_drop_bad_request, (unsigned long long)c.rx_drop_access,
+                 (unsigned long long)c.rx_drop_rnr, (unsigned long long)c.rx_drop_stale_response,
+                 (unsigned long long)c.rx_duplicate_completed, (unsigned long long)c.rx_duplicate_chunk,
+                 (unsigned long long)c.peer_restarts, (unsigned long long)c.tx_data_packets,
                  (unsigned long long)c.tx_retransmits, (unsigned long long)c.spurious_retransmits,
                  (unsigned long long)c.rto_expirations, (unsigned long long)c.path_failures,
                  (unsigned long long)c.path_recoveries, (unsigned long long)c.tx_acks,

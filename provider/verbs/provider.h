@@ -167,9 +167,13 @@ struct Context {
   // ports metaroced discovered for the paths to it (without a daemon, or
   // when discovery finds nothing, it keeps the default ports). Blocks for
   // the discovery; the first QP to a peer pays it once.
-  void route_peer(transport::PeerId peer, const sockaddr_storage& address);
+  // In the authenticate and encrypt modes it also gives the engine the pair
+  // key metaroced derived for the peer; false when there is none (the QP
+  // then cannot connect).
+  bool route_peer(transport::PeerId peer, const sockaddr_storage& address);
   std::mutex routing_mutex;
   std::unordered_set<transport::PeerId> routed_peers;
+  std::unordered_set<transport::PeerId> keyed_peers;
 };
 
 struct ContextAlloc {

@@ -160,8 +160,14 @@ void remember(Qp& qp, const ibv_qp_attr& a, int mask) {
   if (mask & IBV_QP_AV) s.ah_attr = a.ah_attr;
   if (mask & IBV_QP_PATH_MTU) s.path_mtu = a.path_mtu;
   if (mask & IBV_QP_DEST_QPN) s.dest_qp_num = a.dest_qp_num;
-  if (mask & IBV_QP_RQ_PSN) s.rq_psn = a.rq_psn;
-  if (mask & IBV_QP_SQ_PSN) s.sq_psn = a.sq_psn;
+  if (mask & IBV_QP_RQ_PSN) {
+    s.rq_psn = a.rq_psn;
+    qp.config.rq_psn = a.rq_psn;
+  }
+  if (mask & IBV_QP_SQ_PSN) {
+    s.sq_psn = a.sq_psn;
+    qp.config.sq_psn = a.sq_psn;
+  }
   if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) {
     s.max_dest_rd_atomic = a.max_dest_rd_atomic;
     qp.config.max_dest_rd_atomic = a.max_dest_rd_atomic ? a.max_dest_rd_atomic : 1;
@@ -387,7 +393,11 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
       return EINVAL;
     }
     const transport::PeerId peer = ctx->runtime->peer_for(peer_addr);
-    ctx->route_peer(peer, peer_addr);
+    if (!ctx->route_peer(peer, peer_addr)) {
+      qp->attr = previous;
+      qp->config = previous_config;
+      return EACCES;  // authenticate/encrypt mode without a key for the peer
+    }
     config = qp->config;
     r = ctx->engine([&](transport::Endpoint& e) {
       return e.modify_qp_to_rtr(qp->qpn, peer, attr->dest_qp_num, config);

@@ -65,7 +65,16 @@ class HostileInput : public ::testing::Test {
     return h;
   }
 
-  void inject(transport::PeerId from, const std::vector<uint8_t>& datagram) {
+  // Delivers `datagram` to B as if `from` sent it, framed as A frames what
+  // it sends to B (epochs, A's next packet number, the CRC) unless `raw`.
+  void inject(transport::PeerId from, std::vector<uint8_t> datagram, bool raw = false) {
+    if (!raw) {
+      const size_t length = datagram.size();
+      datagram.resize(length + wire::kMaxTrailerBytes);
+      const size_t framed = a().seal_datagram(rig_->node_b(), datagram, length);
+      ASSERT_GT(framed, 0u);
+      datagram.resize(framed);
+    }
     b().on_datagram(rig_->sim().now(), from, datagram, false);
   }
 
@@ -119,7 +128,7 @@ TEST_F(HostileInput, StrayDatagramsOnlyCountDrops) {
   const wire::DataHeader good = write_header(1, 16);
 
   // Malformed: garbage and a truncated data header.
-  inject(rig_->node_a(), {1, 2, 3});
+  inject(rig_->node_a(), {1, 2, 3}, true);
   std::vector<uint8_t> truncated = data_packet(good, std::vector<uint8_t>(16, 1));
   truncated.resize(20);
   inject(rig_->node_a(), truncated);

@@ -132,6 +132,10 @@ int to_init(ibv_qp* qp) {
   return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 }
 
+// Both ends number their messages from this PSN: a responder's rq_psn must
+// be its requester's sq_psn (docs/spec.md 8.6), as on InfiniBand.
+constexpr uint32_t kPsn = 0x123;
+
 int to_rtr(ibv_qp* qp, ibv_context* remote_ctx, uint32_t remote_qpn) {
   union ibv_gid gid{};
   if (ibv_query_gid(remote_ctx, 1, 0, &gid) != 0) return -1;
@@ -139,7 +143,7 @@ int to_rtr(ibv_qp* qp, ibv_context* remote_ctx, uint32_t remote_qpn) {
   a.qp_state = IBV_QPS_RTR;
   a.path_mtu = IBV_MTU_4096;
   a.dest_qp_num = remote_qpn;
-  a.rq_psn = 0x123;
+  a.rq_psn = kPsn;
   a.max_dest_rd_atomic = 16;
   a.min_rnr_timer = 12;
   a.ah_attr.is_global = 1;
@@ -155,7 +159,7 @@ int to_rtr(ibv_qp* qp, ibv_context* remote_ctx, uint32_t remote_qpn) {
 int to_rts(ibv_qp* qp) {
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_RTS;
-  a.sq_psn = 0x456;
+  a.sq_psn = kPsn;
   a.timeout = 14;
   a.retry_cnt = 7;
   a.rnr_retry = 7;
@@ -726,8 +730,8 @@ TEST_F(VerbsTest, ModifyQpStateMachine) {
   EXPECT_EQ(attr.dest_qp_num, peer->qp_num);
   EXPECT_EQ(attr.timeout, 14);
   EXPECT_EQ(attr.retry_cnt, 7);
-  EXPECT_EQ(attr.sq_psn, 0x456u);
-  EXPECT_EQ(attr.rq_psn, 0x123u);
+  EXPECT_EQ(attr.sq_psn, kPsn);
+  EXPECT_EQ(attr.rq_psn, kPsn);
   EXPECT_EQ(attr.min_rnr_timer, 5);
   EXPECT_EQ(attr.path_mtu, IBV_MTU_4096);
   EXPECT_EQ(attr.ah_attr.is_global, 1);
