@@ -6,44 +6,29 @@
 # one warning however many contexts it opens, and still works.
 #
 # Environment (tests/daemon/meson.build): METAROCED, METAROCE_CLI, METAROCE_RUN.
+source "$(dirname "$0")/../lib/harness.sh"
 set -euo pipefail
 DAEMON=${METAROCED:?} CLI=${METAROCE_CLI:?} RUN=${METAROCE_RUN:?}
-fail() { echo "FAIL provider_lease: $*" >&2; exit 1; }
-pass() { echo "ok - $*"; }
-command -v ib_write_bw >/dev/null 2>&1 || { echo "SKIP provider_lease: perftest not installed"; exit 77; }
-command -v ss >/dev/null 2>&1 || { echo "SKIP provider_lease: ss (iproute2) not installed"; exit 77; }
+command -v ib_write_bw >/dev/null 2>&1 || skip "perftest not installed"
+command -v ss >/dev/null 2>&1 || skip "ss (iproute2) not installed"
 
-WORK=$(mktemp -d /tmp/metaroce-lease-test.XXXXXX)
 SOCK=$WORK/d.sock
-DPID=
-PIDS=()
-cleanup() {
-    local rc=$? p i
-    for p in ${PIDS[@]+"${PIDS[@]}"}; do kill -TERM "$p" 2>/dev/null || true; done
-    for p in ${PIDS[@]+"${PIDS[@]}"} $DPID; do
-        [[ $p == "$DPID" ]] && kill -TERM "$p" 2>/dev/null
-        for ((i = 0; i < 100; i++)); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
-        kill -KILL "$p" 2>/dev/null || true
-        wait "$p" 2>/dev/null || true
-    done
-    rm -rf "$WORK"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+daemon_answers() { "$CLI" --socket "$SOCK" status; }
+# contexts: how many provider contexts report to the daemon.
+contexts() { "$CLI" --socket "$SOCK" --json stats | json - 'len(d["contexts"])'; }
 
 # 3 paths a context: the provider takes the daemon's number when the user sets none.
 printf '[ports]\nsource_first = 23000\nsource_count = 1280\npaths_per_connection = 3\n' >"$WORK/d.toml"
 "$DAEMON" --config "$WORK/d.toml" --socket "$SOCK" 2>"$WORK/daemon.log" &
 DPID=$!
-for ((i = 0; i < 200; i++)); do "$CLI" --socket "$SOCK" status >/dev/null 2>&1 && break; sleep 0.05; done
-"$CLI" --socket "$SOCK" status >/dev/null || fail "metaroced did not start: $(cat "$WORK/daemon.log")"
+wait_until 10 daemon_answers || fail "metaroced did not start: $(cat "$WORK/daemon.log")"
 
 # Processes holding leases. A process may hold more than one: when a leased
 # port turns out to be taken by a program that bypasses the daemon (other
 # tests on this machine use loopback), the context keeps that lease, so the
 # port is not handed to anyone else, and leases again.
-leases() { "$CLI" --socket "$SOCK" --json status | python3 -c 'import json, sys; print(len({l["pid"] for l in json.load(sys.stdin)["leases"]}))'; }
+leases() { "$CLI" --socket "$SOCK" --json status | json - 'len({l["pid"] for l in d["leases"]})'; }
+leased_by() { [[ $(leases) == "$1" ]]; }
 
 # A program outside the daemon holds the first home port (or something else
 # on this machine already does): the context leased it must lease again.
@@ -54,17 +39,14 @@ try:
 except OSError:
     pass  # taken already, which is as good
 time.sleep(120)' &
-PIDS+=($!)
-for ((i = 0; i < 100; i++)); do ss -uanH | grep -q "127.0.0.1:4792 " && break; sleep 0.05; done
+wait_udp_listener 4792 || fail "nothing bound 127.0.0.1:4792"
 
 # Three ib_write_bw servers, each waiting for a client that never comes.
 for n in 0 1 2; do
     METAROCE_DAEMON_SOCKET=$SOCK timeout 60 "$RUN" --dev mr0=lo ib_write_bw -d mr0 -x 0 -p $((19600 + n + RANDOM % 200 * 3)) \
         >"$WORK/server$n" 2>&1 &
-    PIDS+=($!)
 done
-for ((i = 0; i < 200; i++)); do [[ $(leases) == 3 ]] && break; sleep 0.05; done
-[[ $(leases) == 3 ]] || fail "expected 3 processes with leases, have $(leases): $(cat "$WORK"/server*)"
+wait_until 10 leased_by 3 || fail "expected 3 processes with leases, have $(leases): $(cat "$WORK"/server*)"
 "$CLI" --socket "$SOCK" --json status >"$WORK/status.json"
 python3 - "$WORK/status.json" <<'PY' || fail "leases overlap or are not bound as leased"
 import json, subprocess, sys
@@ -101,12 +83,14 @@ table=$("$CLI" --socket "$SOCK" status)
 for pid in $(python3 -c 'import json, sys; print(" ".join(str(l["pid"]) for l in json.load(open(sys.argv[1]))["leases"]))' "$WORK/status.json"); do
     grep -qE "^$pid +[0-9]+ +default +[0-9]+ +[0-9]+-[0-9]+$" <<<"$table" || fail "status table lacks pid $pid: $table"
 done
-for ((i = 0; i < 100; i++)); do [[ $("$CLI" --socket "$SOCK" --json stats | python3 -c 'import json, sys; print(len(json.load(sys.stdin)["contexts"]))') == 3 ]] && break; sleep 0.05; done
+reporting() { [[ $(contexts) == "$1" ]]; }
+wait_until 5 reporting 3 || true
 stats=$("$CLI" --socket "$SOCK" stats)
 [[ $(grep -cE "^[0-9]+ +mr0 +[0-9]+ " <<<"$stats") == 3 ]] || fail "stats table does not list the 3 contexts: $stats"
 # Bad command lines: a message and a nonzero status, never a crash.
 for args in "paths 999.1.1.1" "" "config" "status --bogus" "paths 10.0.0.1 --dport 0"; do
-    set +e; out=$("$CLI" --socket "$SOCK" $args 2>&1); rc=$?; set -e
+    read -ra argv <<<"$args"
+    set +e; out=$("$CLI" --socket "$SOCK" ${argv[@]+"${argv[@]}"} 2>&1); rc=$?; set -e
     ((rc != 0 && rc < 128)) || fail "metaroce $args: exit $rc"
     [[ -n $out ]] || fail "metaroce $args: no message"
 done
@@ -117,21 +101,19 @@ pass "metaroce status/stats tables list the leases and contexts; bad command lin
 
 victim=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["leases"][-1]["pid"])' "$WORK/status.json")
 kill -KILL "$victim"
-for ((i = 0; i < 200; i++)); do [[ $(leases) == 2 ]] && break; sleep 0.05; done
-[[ $(leases) == 2 ]] || fail "kill -9 of $victim did not release its lease"
+wait_until 10 leased_by 2 || fail "kill -9 of $victim did not release its lease"
 "$CLI" --socket "$SOCK" --json status | grep -q "\"pid\": $victim," && fail "lease of killed pid $victim still listed"
 pass "kill -9 of pid $victim returned its lease"
 
 # The daemon restarts (as a package upgrade does): the running contexts
 # lease the same home port and block again, and report to the new daemon.
 "$CLI" --socket "$SOCK" --json status >"$WORK/before.json"
-kill -TERM "$DPID"; wait "$DPID" || true
+stop_process "$DPID"
 "$DAEMON" --config "$WORK/d.toml" --socket "$SOCK" 2>>"$WORK/daemon.log" &
 DPID=$!
-for ((i = 0; i < 200; i++)); do "$CLI" --socket "$SOCK" status >/dev/null 2>&1 && break; sleep 0.05; done
-for ((i = 0; i < 200; i++)); do [[ $(leases 2>/dev/null) == 2 ]] && break; sleep 0.05; done
-[[ $(leases) == 2 ]] || fail "after a daemon restart $(leases) processes leased again, not 2: $(tail -3 "$WORK/daemon.log")"
-for ((i = 0; i < 100; i++)); do [[ $("$CLI" --socket "$SOCK" --json stats | python3 -c 'import json, sys; print(len(json.load(sys.stdin)["contexts"]))') == 2 ]] && break; sleep 0.05; done
+wait_until 10 daemon_answers || fail "metaroced did not start again: $(tail -3 "$WORK/daemon.log")"
+wait_until 10 leased_by 2 || fail "after a daemon restart $(leases) processes leased again, not 2: $(tail -3 "$WORK/daemon.log")"
+wait_until 5 reporting 2 || true
 "$CLI" --socket "$SOCK" --json status >"$WORK/after.json"
 "$CLI" --socket "$SOCK" --json stats >"$WORK/stats-after.json"
 python3 - "$WORK/before.json" "$WORK/after.json" "$WORK/stats-after.json" <<'PY' || fail "leases after the restart differ"

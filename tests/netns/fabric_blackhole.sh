@@ -31,12 +31,9 @@ for k in 0 2 3; do others=$((others + $(stat $k left_to_right offered_packets)))
 pass "blackhole on p1 dropped all $offered of its packets; $recv of $sent arrived via p0, p2, p3"
 
 # Right to left as well.
-dst=$(fab addr h0)
-ip netns exec "${PREFIX}-h0" "$BLASTER" recv --bind "$dst:5003" --seconds 5 --idle 0.5 >/dev/null &
-RECV_PID=$!
-sleep 0.3
-fab exec h1 "$BLASTER" send --to "$dst:5003" --seconds 1 --ports 64 --sport-base 48000 --rate 300 >/dev/null
-wait "$RECV_PID"; RECV_PID=
+start_blaster_receiver h0 5003 5 /dev/null --idle 0.5
+fab exec h1 "$BLASTER" send --to "$(fab addr h0):5003" --seconds 1 --ports 64 --sport-base 48000 --rate 300 >/dev/null
+wait "$BLASTER_RECV"
 offered=$(stat 1 right_to_left offered_packets)
 dropped=$(stat 1 right_to_left blackhole_drops)
 (( offered > 1000 && dropped == offered )) || fail "right->left: dropped $dropped of $offered"

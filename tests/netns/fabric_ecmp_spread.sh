@@ -8,11 +8,11 @@ use_prefix mrt-ecmp
 
 for K in 2 4; do
     fab up --hosts 2 --paths "$K" >/dev/null
-    before=($(offered_l2r))
+    read -ra before <<<"$(offered_l2r)"
     # Paced well below the rig's capacity, so that counts are not shaped by
     # the rig's own drops; fixed source ports => reproducible with the fixed seed.
     blast 2 --ports 64 --sport-base 41000 --payload 1400 --rate 800
-    after=($(offered_l2r))
+    read -ra after <<<"$(offered_l2r)"
     sent=$(json "$WORK/send.json" 'd["packets"]')
     total=0; deltas=()
     for ((k = 0; k < K; k++)); do
@@ -29,9 +29,9 @@ for K in 2 4; do
     pass "K=$K: 64 flows spread over all paths (${deltas[*]})"
 
     # Random ephemeral ports spread too (more lenient, as the ports are random: >= 1/4).
-    before=($(offered_l2r))
+    read -ra before <<<"$(offered_l2r)"
     blast 1 --ports 64 --payload 1400 --rate 800
-    after=($(offered_l2r))
+    read -ra after <<<"$(offered_l2r)"
     total=0; deltas=()
     for ((k = 0; k < K; k++)); do
         deltas+=($((after[k] - before[k]))); total=$((total + after[k] - before[k]))

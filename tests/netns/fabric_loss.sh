@@ -29,12 +29,9 @@ done
 pass "loss 0.1 on p2 drops $ratio of p2's packets and nothing on other paths"
 
 # Both directions: h1 -> h0 on the same path.
-dst=$(fab addr h0)
-ip netns exec "${PREFIX}-h0" "$BLASTER" recv --bind "$dst:5002" --seconds 6 --idle 0.5 >"$WORK/r2.json" &
-RECV_PID=$!
-sleep 0.3
-fab exec h1 "$BLASTER" send --to "$dst:5002" --seconds 1.5 --ports 64 --sport-base 44000 --rate 500 >/dev/null
-wait "$RECV_PID"; RECV_PID=
+start_blaster_receiver h0 5002 6 "$WORK/r2.json" --idle 0.5
+fab exec h1 "$BLASTER" send --to "$(fab addr h0):5002" --seconds 1.5 --ports 64 --sport-base 44000 --rate 500 >/dev/null
+wait "$BLASTER_RECV"
 offered=$(path_stat 2 right_to_left offered_packets)
 dropped=$(path_stat 2 right_to_left loss_drops)
 ratio=$(awk -v d="$dropped" -v o="$offered" 'BEGIN { printf "%.4f", d / o }')

@@ -4,9 +4,13 @@
 # message and exit status 2 (and --help still works).
 source "$(dirname "$0")/lib.sh"
 
-# A copy readable by anyone: the source tree may not be.
+# A copy readable by anyone (the program and its fabric module): the source
+# tree may not be.
+mkdir "$WORK/fabric"
 cp "$FABRIC" "$WORK/metaroce-fabric"
-chmod 755 "$WORK" "$WORK/metaroce-fabric"
+cp "$(dirname "$FABRIC")/fabric/metaroce_fabric.py" "$WORK/fabric/"
+chmod 755 "$WORK" "$WORK/fabric" "$WORK/metaroce-fabric"
+chmod 644 "$WORK/fabric/metaroce_fabric.py"
 
 if [[ $(id -u) -eq 0 ]]; then
     if command -v setpriv >/dev/null 2>&1; then

@@ -12,9 +12,11 @@ fab up --hosts 2 --paths "$K" >/dev/null
 src=$(fab addr h0); dst=$(fab addr h1)
 dport=5000
 # One receiver for all the single-port flows below.
-ip netns exec "${PREFIX}-h1" "$BLASTER" recv --bind "$dst:$dport" --seconds 60 --idle 0 >/dev/null &
-RECV_PID=$!
-sleep 0.3
+start_blaster_receiver h1 "$dport" 60 /dev/null --idle 0
+# The switch counts a packet when it forwards it, which may be after the
+# sender has exited: wait until the paths counted what was sent.
+counted() { local -a now; read -ra now <<<"$(offered_l2r)"; (( $(sum "${now[@]}") - $(sum "${before[@]}") >= $1 )); }
+sum() { local s=0 v; for v in "$@"; do s=$((s + v)); done; echo "$s"; }
 declare -A seen=()
 for sport in 42000 42001 42002 42003 42004 42005 42006 42007 42008 42009; do
     route=$(ip -n "${PREFIX}-swl" route get "$dst" from "$src" iif h0 ipproto udp sport "$sport" dport "$dport")
@@ -23,12 +25,12 @@ for sport in 42000 42001 42002 42003 42004 42005 42006 42007 42008 42009; do
     via_tool=$(fab path h0 h1 --sport "$sport" --dport "$dport")
     [[ $via_tool == "$predicted" ]] || fail "metaroce-fabric path says $via_tool, ip route get says $predicted"
 
-    before=($(offered_l2r))
+    read -ra before <<<"$(offered_l2r)"
     sent=$(fab exec h0 "$BLASTER" send --to "$dst:$dport" --seconds 1 --ports 1 --sport-base "$sport" \
         --payload 1400 --rate 200 --max-packets 2000 | json - 'd["packets"]')
-    sleep 0.05
-    after=($(offered_l2r))
     (( sent > 0 )) || fail "sport $sport: nothing sent"
+    wait_until 10 counted $((sent * 99 / 100)) || note "sport $sport: the paths counted fewer than 99% of $sent packets"
+    read -ra after <<<"$(offered_l2r)"
     for ((k = 0; k < K; k++)); do
         delta=$((after[k] - before[k]))
         if ((k == predicted)); then
@@ -42,9 +44,7 @@ for sport in 42000 42001 42002 42003 42004 42005 42006 42007 42008 42009; do
 done
 (( ${#seen[@]} >= 2 )) || fail "10 source ports all mapped to one path: hashing ignores the port"
 pass "ip route get predicted the path of 10 single-port flows (${#seen[@]} distinct paths)"
-kill "$RECV_PID" 2>/dev/null || true
-wait "$RECV_PID" 2>/dev/null || true
-RECV_PID=
+stop_process "$BLASTER_RECV"
 
 # The map is reproducible: the hash seed is fixed, so a rebuilt fabric agrees.
 p1=$(fab path h0 h1 --sport 42000 --dport "$dport")

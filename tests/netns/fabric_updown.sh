@@ -9,7 +9,7 @@ use_prefix mrt-ud
 other_fabrics=0
 if compgen -G "/run/metaroce-fabric/*.state" >/dev/null; then
     other_fabrics=1
-    note "another fabric is up ($(ls /run/metaroce-fabric/*.state | xargs -n1 basename | tr '\n' ' ')); the sysctl restore is not checked"
+    note "another fabric is up ($(cd /run/metaroce-fabric && echo *.state)); the sysctl restore is not checked"
 fi
 rmem0=$(cat /proc/sys/net/core/rmem_max)
 wmem0=$(cat /proc/sys/net/core/wmem_max)
@@ -43,15 +43,12 @@ pass "up builds 3 hosts, 3 paths, ECMP routes, counters"
 # Connectivity both ways across the fabric and on one switch (h0 <-> h2).
 if [[ -n $BLASTER && -x $BLASTER ]]; then
     for pair in "0 1" "1 0" "0 2"; do
-        set -- $pair
-        dst=$(fab addr "h$2")
-        ip netns exec "${PREFIX}-h$2" "$BLASTER" recv --bind "$dst:5001" --seconds 4 --idle 0.5 >"$WORK/r.json" &
-        RECV_PID=$!
-        sleep 0.2
-        fab exec "h$1" "$BLASTER" send --to "$dst:5001" --seconds 0.3 --rate 50 --ports 4 >/dev/null
-        wait "$RECV_PID"; RECV_PID=
+        read -r from to <<<"$pair"
+        start_blaster_receiver "h$to" 5001 4 "$WORK/r.json" --idle 0.5
+        fab exec "h$from" "$BLASTER" send --to "$(fab addr "h$to"):5001" --seconds 0.3 --rate 50 --ports 4 >/dev/null
+        wait "$BLASTER_RECV"
         got=$(json "$WORK/r.json" 'd["packets"]')
-        (( got > 100 )) || fail "h$1 -> h$2: only $got packets arrived"
+        (( got > 100 )) || fail "h$from -> h$to: only $got packets arrived"
     done
     pass "h0->h1, h1->h0, h0->h2 carry traffic"
 fi

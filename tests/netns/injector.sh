@@ -21,10 +21,6 @@ TEST_NAME="injector"
 require_netns
 use_prefix "mrinj"
 
-PIDS=()
-stop_all() { for p in ${PIDS[@]+"${PIDS[@]}"}; do kill -9 "$p" 2>/dev/null || true; done; }
-at_exit stop_all
-
 fab up --hosts 2 --paths 4 >/dev/null
 export METAROCE_STATS=1  # each endpoint prints its counters when it closes
 # No daemon: these contexts choose their ports and run in integrity mode.
@@ -38,6 +34,9 @@ drops_of() {
 }
 field_of() { grep -h '"metaroce_stats"' "$1" | json - "d[\"metaroce_stats\"][\"$2\"]"; }
 injected_of() { grep -h '"injector"' "$1" | json - "d[\"injector\"][\"$2\"]"; }
+# sniffing HOST: a packet socket is open in HOST's namespace (the injector's:
+# nothing else there opens one), which sees the traffic from then on.
+sniffing() { [[ $(ip netns exec "${PREFIX}-$1" cat /proc/net/packet | wc -l) -gt 1 ]]; }
 
 h0=$(fab addr h0)
 h1=$(fab addr h1)
@@ -51,13 +50,12 @@ for t in write read send; do
     ip netns exec "${PREFIX}-h1" "$INJECTOR" --dest "$h0" --every 8 --max 20000 --seconds 100 --seed 2 \
         >"$WORK/inj-h1" 2>&1 &
     inj1=$!
-    PIDS+=("$inj0" "$inj1")
-    sleep 0.3
+    wait_until 30 sniffing h0 && wait_until 30 sniffing h1 ||
+        { cat "$WORK/inj-h0" "$WORK/inj-h1" >&2; fail "$t: the injectors did not start"; }
     timeout 120 ip netns exec "${PREFIX}-h1" "$RUN" --dev mr0=eth0 --mtu 1400 \
         "$PERF" -d mr0 --test "$t" -s 65536 -n 1500 -p "$port" >"$WORK/server" 2>&1 &
     spid=$!
-    PIDS+=("$spid")
-    sleep 0.5
+    wait_tcp_listener -n "${PREFIX}-h1" -p "$spid" "$port" || { cat "$WORK/server" >&2; fail "$t: the server did not listen"; }
     timeout 120 ip netns exec "${PREFIX}-h0" "$RUN" --dev mr0=eth0 --mtu 1400 \
         "$PERF" -d mr0 --test "$t" -s 65536 -n 1500 -p "$port" "$h1" >"$WORK/client" 2>&1 ||
         { cat "$WORK/client" "$WORK/server" >&2; fail "$t: the client failed under injection"; }
@@ -68,7 +66,8 @@ for t in write read send; do
 
     # Injected at each host = counted as dropped by its peer.
     for pair in "h0 client server" "h1 server client"; do
-        set -- $pair
+        read -r -a pair_args <<<"$pair"
+        set -- "${pair_args[@]}"
         inj=$(injected_of "$WORK/inj-$1" injected)
         replays=$(injected_of "$WORK/inj-$1" replay)
         dropped=$(drops_of "$WORK/$3")

@@ -7,50 +7,39 @@
 #   perftest_test.sh METAROCE_RUN CASE
 #
 # CASE: devices | write_bw | read_bw | send_bw | write_lat | loss | rocev2 | two_pairs | variants
-# Every wait is bounded: programs run under `timeout`, and waiting for a
-# server to listen polls /proc/net/tcp with a deadline.
+# Every wait is bounded: programs run under `timeout`, and a client starts
+# once its server listens (wait_tcp_listener).
+TEST_NAME="perftest_${2:-}"
+source "$(dirname "$0")/../lib/harness.sh"
 set -uo pipefail
 
 run=${1:?metaroce-run path}
 case_name=${2:?case}
 LIMIT=${PERFTEST_TIMEOUT:-120}
 DEVARGS="-d mr0 -x 0"  # device and GID index given to every perftest
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+work=$WORK
 
-fail() {
-  echo "FAIL: $*"
+# fail_with_logs MSG: the last lines of every log, then fail.
+fail_with_logs() {
+  local f
   for f in "$work"/*.log; do
     [[ -f "$f" ]] || continue
-    echo "---- $f"
-    tail -n 40 "$f"
+    echo "---- $f" >&2
+    tail -n 40 "$f" >&2
   done
-  exit 1
+  fail "$*"
 }
 
 for tool in ib_write_bw ib_read_bw ib_send_bw ib_write_lat ib_atomic_bw ibv_devices ibv_devinfo; do
-  command -v "$tool" >/dev/null || { echo "SKIP: $tool not installed"; exit 77; }
+  command -v "$tool" >/dev/null || skip "$tool not installed"
 done
-
-# True if something listens on TCP port $1 (any address).
-listening() {
-  local hex
-  hex=$(printf '%04X' "$1")
-  awk -v p=":$hex" 'NR > 1 && substr($2, length($2) - 4) == p && $4 == "0A" { found = 1 } END { exit !found }' \
-    /proc/net/tcp /proc/net/tcp6 2>/dev/null
-}
 
 # A TCP port nobody listens on (perftest's -p).
 free_port() {
   local port
   for _ in $(seq 1 200); do
     port=$((20000 + RANDOM % 40000))
-    if ! listening "$port"; then
+    if ! listening tcp "$port"; then
       echo "$port"
       return 0
     fi
@@ -58,31 +47,21 @@ free_port() {
   return 1
 }
 
-wait_listening() {
-  local port=$1 pid=$2 deadline=$((SECONDS + 20))
-  while ! listening "$port"; do
-    kill -0 "$pid" 2>/dev/null || return 1
-    ((SECONDS < deadline)) || return 1
-    sleep 0.05
-  done
-}
-
 # perf_pair NAME TOOL "RUN_OPTIONS" "TOOL_ARGS": server and client, both must exit 0.
 perf_pair() {
   local name=$1 tool=$2 run_opts=$3 args=$4 port
-  port=$(free_port) || fail "no free TCP port"
+  port=$(free_port) || fail_with_logs "no free TCP port"
   # shellcheck disable=SC2086
   timeout "$LIMIT" "$run" $run_opts "$tool" $DEVARGS $args -p "$port" >"$work/$name-server.log" 2>&1 &
   local server=$!
-  pids+=("$server")
-  wait_listening "$port" "$server" || fail "$name: server did not listen on $port"
+  wait_tcp_listener -p "$server" -t 20 "$port" || fail_with_logs "$name: server did not listen on $port"
   # shellcheck disable=SC2086
   timeout "$LIMIT" "$run" $run_opts "$tool" $DEVARGS $args -p "$port" 127.0.0.1 >"$work/$name-client.log" 2>&1
   local client_rc=$?
   wait "$server"
   local server_rc=$?
-  [[ $client_rc -eq 0 ]] || fail "$name: client exit $client_rc"
-  [[ $server_rc -eq 0 ]] || fail "$name: server exit $server_rc"
+  [[ $client_rc -eq 0 ]] || fail_with_logs "$name: client exit $client_rc"
+  [[ $server_rc -eq 0 ]] || fail_with_logs "$name: server exit $server_rc"
 }
 
 # The data line after the "#bytes" header: prints it, fails unless field $2 > 0.
@@ -90,10 +69,10 @@ check_result() {
   local log=$1 field=$2 label=$3
   local line
   line=$(awk '/#bytes/ { getline; print; exit }' "$log")
-  [[ -n "$line" ]] || fail "$label: no result line in $log"
+  [[ -n "$line" ]] || fail_with_logs "$label: no result line in $log"
   local value
   value=$(echo "$line" | awk -v f="$field" '{ print $f }')
-  awk -v v="$value" 'BEGIN { exit !(v + 0 > 0) }' || fail "$label: value '$value' in: $line"
+  awk -v v="$value" 'BEGIN { exit !(v + 0 > 0) }' || fail_with_logs "$label: value '$value' in: $line"
   echo "RESULT $label: $line"
 }
 
@@ -109,22 +88,23 @@ lat() {  # lat NAME "RUN_OPTIONS"
 
 case "$case_name" in
   devices)
-    "$run" --help >/dev/null || fail "metaroce-run --help"
-    "$run" --profile bogus true 2>/dev/null && fail "metaroce-run accepted --profile bogus"
-    "$run" --dev nonsense true 2>/dev/null && fail "metaroce-run accepted --dev nonsense"
+    "$run" --help >/dev/null || fail_with_logs "metaroce-run --help"
+    "$run" --profile bogus true 2>/dev/null && fail_with_logs "metaroce-run accepted --profile bogus"
+    "$run" --dev nonsense true 2>/dev/null && fail_with_logs "metaroce-run accepted --dev nonsense"
+    # shellcheck disable=SC2016  # expanded by the inner bash
     "$run" --paths 2 --profile rocev2 --loss 0.5 --mtu 1024 --dev mrx=127.0.0.1 \
       bash -c '[[ $METAROCE_DEVICES == mrx=127.0.0.1 && $METAROCE_PATHS == 2 && $METAROCE_PROFILE == rocev2 &&
                  $METAROCE_TEST_LOSS == 0.5 && $METAROCE_MTU == 1024 && $LD_PRELOAD == *libmetaroce-preload.so* ]]' ||
-      fail "metaroce-run did not set the environment"
-    timeout "$LIMIT" "$run" ibv_devices >"$work/devices.log" 2>&1 || fail "ibv_devices exit $?"
-    grep -Eq '^\s+mr0\s+[0-9a-f]{16}' "$work/devices.log" || fail "ibv_devices does not list mr0"
+      fail_with_logs "metaroce-run did not set the environment"
+    timeout "$LIMIT" "$run" ibv_devices >"$work/devices.log" 2>&1 || fail_with_logs "ibv_devices exit $?"
+    grep -Eq '^\s+mr0\s+[0-9a-f]{16}' "$work/devices.log" || fail_with_logs "ibv_devices does not list mr0"
     timeout "$LIMIT" "$run" --dev mr0=lo --dev mr1=127.0.0.1 ibv_devices >"$work/devices2.log" 2>&1 ||
-      fail "ibv_devices (two devices) exit $?"
-    grep -q mr1 "$work/devices2.log" || fail "second device missing"
-    timeout "$LIMIT" "$run" ibv_devinfo -v -d mr0 >"$work/devinfo.log" 2>&1 || fail "ibv_devinfo exit $?"
-    grep -q 'PORT_ACTIVE' "$work/devinfo.log" || fail "port not active"
-    grep -q 'link_layer:.*Ethernet' "$work/devinfo.log" || fail "link layer not Ethernet"
-    grep -q 'GID\[  0\]:.*::ffff:127.0.0.1, RoCE v2' "$work/devinfo.log" || fail "GID 0 missing"
+      fail_with_logs "ibv_devices (two devices) exit $?"
+    grep -q mr1 "$work/devices2.log" || fail_with_logs "second device missing"
+    timeout "$LIMIT" "$run" ibv_devinfo -v -d mr0 >"$work/devinfo.log" 2>&1 || fail_with_logs "ibv_devinfo exit $?"
+    grep -q 'PORT_ACTIVE' "$work/devinfo.log" || fail_with_logs "port not active"
+    grep -q 'link_layer:.*Ethernet' "$work/devinfo.log" || fail_with_logs "link layer not Ethernet"
+    grep -q 'GID\[  0\]:.*::ffff:127.0.0.1, RoCE v2' "$work/devinfo.log" || fail_with_logs "GID 0 missing"
     cat "$work/devices.log" "$work/devinfo.log"
     ;;
   write_bw) bw write_bw ib_write_bw "" ;;
@@ -150,7 +130,7 @@ case "$case_name" in
     wait "$p1"; r1=$?
     wait "$p2"; r2=$?
     cat "$work/pair1.out" "$work/pair2.out"
-    [[ $r1 -eq 0 && $r2 -eq 0 ]] || fail "concurrent pairs: $r1 $r2"
+    [[ $r1 -eq 0 && $r2 -eq 0 ]] || fail_with_logs "concurrent pairs: $r1 $r2"
     ;;
   variants)
     # Without -x: perftest picks the GID itself (ibv_query_gid_ex: RoCE v2).
@@ -165,6 +145,6 @@ case "$case_name" in
     perf_pair atomic_bw ib_atomic_bw "" "-n 1000"
     check_result "$work/atomic_bw-client.log" 4 "atomic_bw (MB/s avg in column 4)"
     ;;
-  *) echo "unknown case $case_name"; exit 2 ;;
+  *) echo "unknown case $case_name" >&2; exit 2 ;;
 esac
-echo "PASS: $case_name"
+pass "$case_name"

@@ -11,23 +11,22 @@
 #    versioned reference binds only to a definition of the same version).
 #
 #   symbols_test.sh PROVIDER_SO PRELOAD_SO
+source "$(dirname "$0")/../lib/harness.sh"
 set -uo pipefail
 provider=${1:?provider .so}
 preload=${2:?preload .so}
-status=0
-fail() { echo "FAIL: $*"; status=1; }
 
 imports=$(nm -D --undefined-only "$provider")
 for sym in verbs_register_driver_34 _verbs_init_and_alloc_context verbs_uninit_context verbs_set_ops verbs_open_device; do
-  grep -q " U $sym@IBVERBS_PRIVATE_34\$" <<<"$imports" || fail "provider does not import $sym@IBVERBS_PRIVATE_34"
+  grep -q " U $sym@IBVERBS_PRIVATE_34\$" <<<"$imports" || not_ok "provider does not import $sym@IBVERBS_PRIVATE_34"
 done
 exports=$(nm -D --defined-only "$provider" | awk '$2 == "T" { print $3 }')
 while read -r e; do
   [[ -z "$e" ]] && continue
   [[ "$e" =~ ^metaroce_dv_[a-z_]+@@METAROCE_1\.0$ || "$e" =~ ^metaroce_priv_[a-z_]+@@METAROCE_PRIVATE_1$ ]] ||
-    fail "provider exports $e"
+    not_ok "provider exports $e"
 done <<<"$exports"
-grep -q '^metaroce_dv_open_device@@METAROCE_1.0$' <<<"$exports" || fail "metaroce_dv_open_device not exported"
+grep -q '^metaroce_dv_open_device@@METAROCE_1.0$' <<<"$exports" || not_ok "metaroce_dv_open_device not exported"
 
 declare -A want=(
   [ibv_get_device_list]=IBVERBS_1.1 [ibv_free_device_list]=IBVERBS_1.1 [ibv_get_device_guid]=IBVERBS_1.1
@@ -40,11 +39,11 @@ defined=$(nm -D --defined-only "$preload" | awk '$2 == "T" { print $3 }')
 libibverbs=$(ldconfig -p | awk '/libibverbs\.so\.1 / { print $NF; exit }')
 libdefs=$(nm -D --defined-only "$libibverbs" | awk '{ print $3 }')
 for sym in "${!want[@]}"; do
-  grep -qx "$sym@@${want[$sym]}" <<<"$defined" || fail "preload does not define $sym@@${want[$sym]}"
-  grep -qx "$sym@@${want[$sym]}" <<<"$libdefs" || fail "libibverbs' default version of $sym is not ${want[$sym]}"
+  grep -qx "$sym@@${want[$sym]}" <<<"$defined" || not_ok "preload does not define $sym@@${want[$sym]}"
+  grep -qx "$sym@@${want[$sym]}" <<<"$libdefs" || not_ok "libibverbs' default version of $sym is not ${want[$sym]}"
 done
 count=$(grep -c . <<<"$defined")
-[[ $count -eq ${#want[@]} ]] || fail "preload defines $count functions, expected ${#want[@]}: $defined"
+[[ $count -eq ${#want[@]} ]] || not_ok "preload defines $count functions, expected ${#want[@]}: $defined"
 
 for prog in ib_write_bw ib_read_bw ib_send_bw ib_write_lat ibv_devices ibv_devinfo; do
   path=$(command -v "$prog") || continue
@@ -52,9 +51,6 @@ for prog in ib_write_bw ib_read_bw ib_send_bw ib_write_lat ibv_devices ibv_devin
     name=${ref%@*}
     version=${ref#*@}
     [[ -n "${want[$name]:-}" ]] || continue
-    [[ "$version" == "${want[$name]}" ]] || fail "$prog references $ref, preload defines ${want[$name]}"
-    echo "ok: $prog $ref"
+    if [[ "$version" == "${want[$name]}" ]]; then pass "$prog $ref"; else not_ok "$prog references $ref, preload defines ${want[$name]}"; fi
   done < <(nm -D --undefined-only "$path" | awk '{ print $2 }')
 done
-[[ $status -eq 0 ]] && echo "PASS"
-exit $status

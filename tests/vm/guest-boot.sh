@@ -16,8 +16,9 @@ ln -sf /proc/self/fd /dev/fd
 ln -sf /proc/self/fd/0 /dev/stdin; ln -sf /proc/self/fd/1 /dev/stdout; ln -sf /proc/self/fd/2 /dev/stderr
 mkdir -p /var/run/netns
 ip link set lo up
-stage= test=
-for arg in $(cat /proc/cmdline); do
+stage="" test=""
+read -r cmdline </proc/cmdline
+for arg in $cmdline; do
   case $arg in
     mroce.stage=*) stage=${arg#mroce.stage=} ;;
     mroce.test=*) test=${arg#mroce.test=} ;;

@@ -1,34 +1,16 @@
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
-# Helpers for guest test scripts (sourced, bash): PASS/FAIL checks, waiting
-# for a condition, and a pair of network namespaces joined by veth with the
-# GID index of an address.
+# shellcheck shell=bash
+# What the guest test scripts share (sourced, bash): the test harness
+# (tests/lib/harness.sh: reporting, expect/expect_not/expect_fail, wait_until,
+# wait_tcp_listener), and a pair of network namespaces joined by veth with
+# the GID index of an address.
 
-PASSED=0
-FAILED=0
-OUT=/tmp/guest-check.out
-pass() { echo "PASS: $*"; PASSED=$((PASSED + 1)); }
-fail() { echo "FAIL: $*"; FAILED=$((FAILED + 1)); }
-show_output() { sed 's/^/#   /' "$OUT" | tail -n "${1:-30}"; }
-# check DESC CMD...: CMD must succeed; its output is shown when it does not.
-check() {
-  local desc=$1; shift
-  if "$@" >"$OUT" 2>&1; then pass "$desc"; else fail "$desc (status $?)"; show_output; fi
-}
-# check_not DESC CMD...: CMD must fail.
-check_not() {
-  local desc=$1; shift
-  if "$@" >"$OUT" 2>&1; then fail "$desc"; show_output; else pass "$desc"; fi
-}
-# wait_until SECONDS CMD...: polls CMD every 0.2 s until it succeeds.
-wait_until() {
-  local deadline=$(( $(date +%s) + $1 )); shift
-  until "$@" >/dev/null 2>&1; do
-    [ "$(date +%s)" -lt "$deadline" ] || return 1
-    sleep 0.2
-  done
-}
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/harness.sh"
+
+# in_ns NS CMD...: CMD in namespace NS ("init": the initial one).
 in_ns() { local ns=$1; shift; if [ "$ns" = init ]; then "$@"; else ip netns exec "$ns" "$@"; fi; }
-listening() { in_ns "$1" ss -Hltn "sport = :$2" | grep -q LISTEN; }
+# ns_opt NS: wait_tcp_listener's option for namespace NS (none for "init").
+ns_opt() { [ "$1" = init ] || echo "-n $1"; }
 module_loaded() { grep -q "^$1 " /proc/modules; }
 # make_pair NS_A NS_B DEV_A DEV_B SUBNET: NS_A has SUBNET.1 on DEV_A, NS_B
 # SUBNET.2 on DEV_B, joined by veth.
@@ -43,6 +25,7 @@ make_pair() {
 # gid_index DEV IPV4: the RoCE v2 GID index of an IPv4 address, from sysfs.
 gid_index() {
   local dev=$1 ip=$2 f i want
+  # shellcheck disable=SC2046,SC2183  # the address's four octets
   want=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' $(echo "$ip" | tr . ' '))
   for f in /sys/class/infiniband/"$dev"/ports/1/gids/*; do
     i=${f##*/}

@@ -11,32 +11,8 @@
 # Prints "ok - ..." / "not ok - ..." lines; exits 0 only if all passed.
 set -u
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
-# wait_until, in_ns, listening, module_loaded, make_pair, gid_index; this
-# script keeps its own "ok -" reporting.
 . "$(dirname "$0")/guest-lib.sh"
-
-PASSED=0
-FAILED=0
-OUT=/tmp/guest-test.out
-ok() { echo "ok - $*"; PASSED=$((PASSED + 1)); }
-not_ok() { echo "not ok - $*"; FAILED=$((FAILED + 1)); }
-show_output() { sed 's/^/#   /' "$OUT" | head -n 40; }
-# expect_ok DESC CMD...: CMD must succeed.
-expect_ok() {
-  local desc=$1; shift
-  if "$@" >"$OUT" 2>&1; then ok "$desc"; else not_ok "$desc (status $?)"; show_output; fi
-}
-# expect_fail DESC PATTERN CMD...: CMD must fail and say PATTERN (grep -E).
-expect_fail() {
-  local desc=$1 pattern=$2; shift 2
-  if "$@" >"$OUT" 2>&1; then
-    not_ok "$desc (succeeded)"; show_output
-  elif grep -Eq "$pattern" "$OUT"; then
-    ok "$desc: $(head -n1 "$OUT")"
-  else
-    not_ok "$desc (no '$pattern' in the error)"; show_output
-  fi
-}
+OUT=$WORK/guest-test.out
 has_dev() { [ -e "/sys/class/infiniband/$1" ]; }
 no_dev() { [ ! -e "/sys/class/infiniband/$1" ]; }
 module_gone() { ! grep -q "^$1 " /proc/modules; }
@@ -59,27 +35,27 @@ ip addr add 10.0.1.1/24 dev rxa
 ip link set rxa up; ip link set rxb up
 
 # --- module and link -----------------------------------------------------------
-if module_loaded metaroce; then not_ok "metaroce is not loaded before the first link add"; else ok "metaroce is not loaded before the first link add"; fi
-expect_ok "rdma link add mr0 type metaroce netdev mra" in_ns ns0 rdma link add mr0 type metaroce netdev mra
-if module_loaded metaroce; then ok "link add loaded metaroce.ko by its alias rdma-link-metaroce"; else not_ok "link add loaded metaroce.ko by its alias"; fi
-expect_ok "rdma link add mr1 type metaroce netdev mrb" in_ns ns1 rdma link add mr1 type metaroce netdev mrb
-expect_ok "ib_uverbs is loaded (softdep)" module_loaded ib_uverbs
+if module_loaded metaroce; then not_ok "metaroce is not loaded before the first link add"; else pass "metaroce is not loaded before the first link add"; fi
+expect "rdma link add mr0 type metaroce netdev mra" in_ns ns0 rdma link add mr0 type metaroce netdev mra
+if module_loaded metaroce; then pass "link add loaded metaroce.ko by its alias rdma-link-metaroce"; else not_ok "link add loaded metaroce.ko by its alias"; fi
+expect "rdma link add mr1 type metaroce netdev mrb" in_ns ns1 rdma link add mr1 type metaroce netdev mrb
+expect "ib_uverbs is loaded (softdep)" module_loaded ib_uverbs
 # The netdev is shown to callers in its own network namespace.
-expect_ok "rdma link show lists mr0 on mra, ACTIVE" sh -c "ip netns exec ns0 rdma link show mr0/1 | grep -E 'link mr0/1 state ACTIVE .*netdev mra'"
+expect "rdma link show lists mr0 on mra, ACTIVE" sh -c "ip netns exec ns0 rdma link show mr0/1 | grep -E 'link mr0/1 state ACTIVE .*netdev mra'"
 in_ns ns0 rdma link show | sed 's/^/# ns0: /'
 expect_fail "duplicate name is refused" "File exists" in_ns ns0 rdma link add mr0 type metaroce netdev mra
 expect_fail "second device on one netdev is refused" "File exists" in_ns ns0 rdma link add mr9 type metaroce netdev mra
 expect_fail "unknown netdev is refused" "No such device|not found|Unknown|No such" in_ns ns0 rdma link add mr9 type metaroce netdev nosuch0
 expect_fail "non-Ethernet netdev (lo) is refused" "Invalid argument" in_ns ns0 rdma link add mr9 type metaroce netdev lo
-expect_ok "no stray device after the refusals" no_dev mr9
+expect "no stray device after the refusals" no_dev mr9
 
 # --- rxe beside it -------------------------------------------------------------
-expect_ok "rdma link add rxe0 type rxe netdev rxa" rdma link add rxe0 type rxe netdev rxa
+expect "rdma link add rxe0 type rxe netdev rxa" rdma link add rxe0 type rxe netdev rxa
 
 # --- the provider binds to the kernel devices ---------------------------------
-expect_ok "ibv_devices lists mr0 and mr1" sh -c "ibv_devices | grep -qw mr0 && ibv_devices | grep -qw mr1"
+expect "ibv_devices lists mr0 and mr1" sh -c "ibv_devices | grep -qw mr0 && ibv_devices | grep -qw mr1"
 ibv_devices | sed 's/^/# /'
-expect_ok "ibv_devinfo -d mr0: Ethernet port, active, metaroce firmware" sh -c \
+expect "ibv_devinfo -d mr0: Ethernet port, active, metaroce firmware" sh -c \
   "ip netns exec ns0 ibv_devinfo -d mr0 >$OUT.devinfo 2>&1 && grep -q 'hca_id:.*mr0' $OUT.devinfo &&
    grep -q 'link_layer:.*Ethernet' $OUT.devinfo && grep -q 'state:.*PORT_ACTIVE' $OUT.devinfo &&
    grep -q 'fw_ver:.*metaroce' $OUT.devinfo"
@@ -91,16 +67,16 @@ if [ -x "$MROCE_STAGE/bin/uverbs_abi_probe" ]; then
   if out=$("$MROCE_STAGE/bin/uverbs_abi_probe" "$(uverbs_of mr0)" 2>&1); then :; fi
   while IFS= read -r line; do
     case $line in
-      "ok - "*) ok "${line#ok - }" ;;
+      "ok - "*) pass "${line#ok - }" ;;
       "not ok - "*) not_ok "${line#not ok - }" ;;
       *) echo "# $line" ;;
     esac
   done <<<"$out"
 fi
 
-expect_ok "GID table of mr0 holds 10.0.0.1 (RoCE v2)" wait_until 20 gid_index mr0 10.0.0.1
+expect "GID table of mr0 holds 10.0.0.1 (RoCE v2)" wait_until 20 gid_index mr0 10.0.0.1
 for d in "mr0 10.0.0.1" "mr1 10.0.0.2" "rxe0 10.0.1.1"; do
-  set -- $d; wait_until 20 gid_index "$1" "$2"
+  read -r -a dev_ip <<<"$d"; wait_until 20 gid_index "${dev_ip[@]}"
 done
 GID_mr0=$(gid_index mr0 10.0.0.1); GID_mr1=$(gid_index mr1 10.0.0.2)
 GID_rxe0=$(gid_index rxe0 10.0.1.1)
@@ -117,14 +93,16 @@ bw() {
   if [ "$tr" = metaroce ]; then sns=ns0 cns=ns1 sdev=mr0 cdev=mr1 sgid=$GID_mr0 cgid=$GID_mr1 addr=10.0.0.1
   else sns=init cns=init sdev=rxe0 cdev=rxe0 sgid=$GID_rxe0 cgid=$GID_rxe0 addr=10.0.1.1; fi
   PORT=$((PORT + 1))
-  in_ns $sns timeout 240 $tool -d $sdev -x "$sgid" -n $ITERS -s $SIZE -p $PORT -F >"$log.server" 2>&1 &
+  in_ns "$sns" timeout 240 "$tool" -d "$sdev" -x "$sgid" -n $ITERS -s $SIZE -p $PORT -F >"$log.server" 2>&1 &
   local server=$!
-  if ! wait_until 60 listening $sns $PORT; then
+  # shellcheck disable=SC2046  # ns_opt: nothing or "-n NS"
+  if ! wait_tcp_listener $(ns_opt $sns) -p $server -t 60 $PORT; then
     not_ok "$tool over $tr, loss $loss: server did not listen"; sed 's/^/#   /' "$log.server"
     kill $server 2>/dev/null; wait $server 2>/dev/null; RESULT[$tool,$tr,$loss]=fail; return
   fi
-  local start=$(date +%s.%N) status=0 sstatus=0
-  in_ns $cns timeout 240 $tool -d $cdev -x "$cgid" -n $ITERS -s $SIZE -p $PORT -F $addr >"$log.client" 2>&1 || status=$?
+  local start status=0 sstatus=0
+  start=$(date +%s.%N)
+  in_ns "$cns" timeout 240 "$tool" -d "$cdev" -x "$cgid" -n $ITERS -s $SIZE -p $PORT -F "$addr" >"$log.client" 2>&1 || status=$?
   wait $server || sstatus=$?
   # Wall-clock rate of the client's whole run (connection set-up included):
   # perftest's own figure comes from CPU cycle counts, which emulation
@@ -136,7 +114,7 @@ bw() {
   local line; line=$(awk -v s=$SIZE '$1 == s && NF >= 4 { print; exit }' "$log.client")
   local bytes iters avg; read -r bytes iters _ avg _ <<<"$line"
   if [ $status -eq 0 ] && [ $sstatus -eq 0 ] && [ "${bytes:-}" = "$SIZE" ] && [ "${iters:-}" = "$ITERS" ]; then
-    ok "$tool over $tr, loss $loss: $ITERS x $SIZE bytes completed in ${secs}s ($wall MB/s wall, perftest says $avg MB/s)"
+    pass "$tool over $tr, loss $loss: $ITERS x $SIZE bytes completed in ${secs}s ($wall MB/s wall, perftest says $avg MB/s)"
     RESULT[$tool,$tr,$loss]=$wall
   else
     not_ok "$tool over $tr, loss $loss (client $status, server $sstatus, result '$line')"
@@ -162,7 +140,7 @@ table inet mrloss {
 EOF
   done
 }
-dropped() { local n=0 ns c; for ns in "$@"; do c=$(in_ns $ns nft list table inet mrloss 2>/dev/null | awk '/counter/ { for (i = 1; i <= NF; i++) if ($i == "packets") print $(i + 1) }'); n=$((n + ${c:-0})); done; echo $n; }
+dropped() { local n=0 ns c; for ns in "$@"; do c=$(in_ns "$ns" nft list table inet mrloss 2>/dev/null | awk '/counter/ { for (i = 1; i <= NF; i++) if ($i == "packets") print $(i + 1) }'); n=$((n + ${c:-0})); done; echo $n; }
 
 for loss in 0 1; do
   set_loss $loss
@@ -172,7 +150,7 @@ for loss in 0 1; do
   if [ $loss != 0 ]; then
     echo "# nftables dropped $(dropped ns0 ns1) metaroce datagrams (rxe: loopback, no loss applied)"
     d=$(dropped ns0 ns1)
-    if [ "$d" -gt 0 ]; then ok "loss was applied to metaroce traffic ($d datagrams dropped)"; else not_ok "loss was applied to metaroce traffic"; fi
+    if [ "$d" -gt 0 ]; then pass "loss was applied to metaroce traffic ($d datagrams dropped)"; else not_ok "loss was applied to metaroce traffic"; fi
   fi
 done
 set_loss 0
@@ -200,28 +178,28 @@ hold_qp() {
   local ns=$1 dev=$2 gid=$3 addr=$4
   PORT=$((PORT + 1))
   # ip netns exec directly, not in_ns: $! must be perftest's own PID.
-  ip netns exec $ns ib_write_bw -d $dev -x "$gid" -p $PORT -F -D 120 >/tmp/holder-server.$dev.log 2>&1 &
+  ip netns exec "$ns" ib_write_bw -d "$dev" -x "$gid" -p $PORT -F -D 120 >"/tmp/holder-server.$dev.log" 2>&1 &
   LISTENER=$!
-  wait_until 60 listening $ns $PORT || return 1
-  ip netns exec $ns ib_write_bw -d $dev -x "$gid" -p $PORT -F -D 120 $addr >/tmp/holder.$dev.log 2>&1 &
+  wait_tcp_listener -n "$ns" -p "$LISTENER" -t 60 $PORT || return 1
+  ip netns exec "$ns" ib_write_bw -d "$dev" -x "$gid" -p $PORT -F -D 120 "$addr" >"/tmp/holder.$dev.log" 2>&1 &
   HOLDER=$!
-  wait_until 60 has_qp $dev
+  wait_until 60 has_qp "$dev"
 }
 if hold_qp ns1 mr1 "$GID_mr1" 10.0.0.2; then
-  ok "a running perftest holds a kernel QP on mr1 ($(res_count mr1 qp) qp, $(res_count mr1 cq) cq, $(res_count mr1 pd) pd, $(res_count mr1 ctx) ctx)"
+  pass "a running perftest holds a kernel QP on mr1 ($(res_count mr1 qp) qp, $(res_count mr1 cq) cq, $(res_count mr1 pd) pd, $(res_count mr1 ctx) ctx)"
   rdma resource show qp link mr1 | sed 's/^/# /'
   lqpn=$(rdma resource show qp link mr1 | awk '{ for (i = 1; i < NF; i++) if ($i == "lqpn") print $(i + 1) }' | head -n1)
   if [ -n "$lqpn" ] && [ "$lqpn" -ge 4097 ] && [ $((lqpn & 4095)) -ne 0 ]; then
-    ok "kernel QP number $lqpn = slot $((lqpn >> 12)) << 12 | index $((lqpn & 4095))"
+    pass "kernel QP number $lqpn = slot $((lqpn >> 12)) << 12 | index $((lqpn & 4095))"
   else
     not_ok "kernel QP number '$lqpn' has a port slot and a non-zero index"
   fi
 else
   not_ok "a running perftest holds a kernel QP on mr1"; sed 's/^/#   /' /tmp/holder.mr1.log; rdma resource show | sed 's/^/#   /'
 fi
-kill -9 $HOLDER $LISTENER 2>/dev/null; wait $HOLDER $LISTENER 2>/dev/null
+kill -9 "$HOLDER" "$LISTENER" 2>/dev/null; wait "$HOLDER" "$LISTENER" 2>/dev/null
 released() { [ "$(res_count mr1 qp)" = 0 ] && [ "$(res_count mr1 cq)" = 0 ] && [ "$(res_count mr1 pd)" = 0 ] && [ "$(res_count mr1 ctx)" = 0 ]; }
-expect_ok "after kill -9 the kernel released its QP, CQ, PD and context" wait_until 30 released
+expect "after kill -9 the kernel released its QP, CQ, PD and context" wait_until 30 released
 
 # --- the netdev goes away under an open context ---------------------------------
 ip netns add ns2
@@ -231,48 +209,48 @@ in_ns ns2 ip addr add 10.0.2.1/24 dev mrc
 in_ns ns2 ip link set mrc up
 in_ns ns2 ip link set lo up  # both perftest ends run here
 ip link set mrd up  # carrier
-expect_ok "rdma link add mr2 type metaroce netdev mrc" in_ns ns2 rdma link add mr2 type metaroce netdev mrc
+expect "rdma link add mr2 type metaroce netdev mrc" in_ns ns2 rdma link add mr2 type metaroce netdev mrc
 wait_until 20 gid_index mr2 10.0.2.1
 GID_mr2=$(gid_index mr2 10.0.2.1)
 if hold_qp ns2 mr2 "$GID_mr2" 10.0.2.1; then
-  ok "a process holds a context and a QP on mr2"
+  pass "a process holds a context and a QP on mr2"
 else
   not_ok "a process holds a context and a QP on mr2 (GID index '$GID_mr2')"
   sed 's/^/#   client: /' /tmp/holder.mr2.log; sed 's/^/#   server: /' /tmp/holder-server.mr2.log; rdma resource show | sed 's/^/#   /'
 fi
 holder=$HOLDER
 if in_ns ns2 ip link del mrc && wait_until 30 no_dev mr2; then
-  ok "deleting mrc (context and QP still open) removes mr2"
+  pass "deleting mrc (context and QP still open) removes mr2"
 else
   not_ok "deleting mrc (context and QP still open) removes mr2"
 fi
-kill $holder $LISTENER 2>/dev/null
-expect_ok "the processes holding the removed device exit when killed" wait_until 30 sh -c "! kill -0 $holder 2>/dev/null && ! kill -0 $LISTENER 2>/dev/null"
-wait $holder $LISTENER 2>/dev/null
+kill "$holder" "$LISTENER" 2>/dev/null
+expect "the processes holding the removed device exit when killed" wait_until 30 sh -c "! kill -0 $holder 2>/dev/null && ! kill -0 $LISTENER 2>/dev/null"
+wait "$holder" "$LISTENER" 2>/dev/null
 
 # --- rdma link del, rmmod -------------------------------------------------------
-expect_ok "rdma link del mr0" rdma link del mr0
-expect_ok "mr0 is gone" wait_until 10 no_dev mr0
+expect "rdma link del mr0" rdma link del mr0
+expect "mr0 is gone" wait_until 10 no_dev mr0
 expect_fail "rdma link del of a missing device fails" "." rdma link del mr0
 # With disassociate_ucontext, uverbs holds no module reference for open
 # contexts: rmmod removes the devices under them and the process gets EIO.
 if hold_qp ns1 mr1 "$GID_mr1" 10.0.0.2; then
-  ok "a process holds a context and a QP on mr1"
+  pass "a process holds a context and a QP on mr1"
 else
   not_ok "a process holds a context and a QP on mr1"
   sed 's/^/#   client: /' /tmp/holder.mr1.log; sed 's/^/#   server: /' /tmp/holder-server.mr1.log
 fi
 busy=$HOLDER
-expect_ok "rmmod metaroce with mr1 registered and a context open" rmmod metaroce
-expect_ok "mr1 went with the module" no_dev mr1
-expect_ok "metaroce is unloaded" module_gone metaroce
-kill $busy $LISTENER 2>/dev/null
-expect_ok "the processes whose device was removed exit when killed" wait_until 30 sh -c "! kill -0 $busy 2>/dev/null && ! kill -0 $LISTENER 2>/dev/null"
-wait $busy $LISTENER 2>/dev/null
-expect_ok "modprobe metaroce again" modprobe metaroce
-expect_ok "rdma link add after reload" in_ns ns0 rdma link add mr0 type metaroce netdev mra
-expect_ok "rdma link del, rmmod" sh -c "rdma link del mr0 && rmmod metaroce"
-expect_ok "rdma link del rxe0" rdma link del rxe0
+expect "rmmod metaroce with mr1 registered and a context open" rmmod metaroce
+expect "mr1 went with the module" no_dev mr1
+expect "metaroce is unloaded" module_gone metaroce
+kill "$busy" "$LISTENER" 2>/dev/null
+expect "the processes whose device was removed exit when killed" wait_until 30 sh -c "! kill -0 $busy 2>/dev/null && ! kill -0 $LISTENER 2>/dev/null"
+wait "$busy" "$LISTENER" 2>/dev/null
+expect "modprobe metaroce again" modprobe metaroce
+expect "rdma link add after reload" in_ns ns0 rdma link add mr0 type metaroce netdev mra
+expect "rdma link del, rmmod" sh -c "rdma link del mr0 && rmmod metaroce"
+expect "rdma link del rxe0" rdma link del rxe0
 
 # --- the kernel log -------------------------------------------------------------
 # (metaroce itself reports port slots or devices left over at unload.)
@@ -281,9 +259,7 @@ if dmesg | grep -Eq "$bad"; then
   not_ok "kernel log is free of warnings, oopses and leak reports"
   dmesg | grep -E -B2 -A20 "$bad" | head -n 60 | sed 's/^/#   /'
 else
-  ok "kernel log is free of warnings, oopses and leak reports"
+  pass "kernel log is free of warnings, oopses and leak reports"
 fi
 dmesg | grep -i metaroce | sed 's/^/# dmesg: /'
 
-echo "# $PASSED passed, $FAILED failed"
-[ $FAILED -eq 0 ]

@@ -18,7 +18,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-ko= provider= work= test= probe= debs= timeout=720
+ko="" provider="" work="" test="" probe="" debs="" timeout=720
 while [ $# -gt 0 ]; do
   case $1 in
     --debs) debs=$2; shift 2 ;;
@@ -88,7 +88,7 @@ else
   for m in ib_uverbs ib_core veth tcp_diag udp_diag nf_tables; do
     modprobe -S "$kver" --show-depends "$m" | while read -r verb path _; do
       [ "$verb" = insmod ] || continue
-      rel=${path#/lib/modules/$kver/}
+      rel=${path#/lib/modules/"$kver"/}
       mkdir -p "$mods/$(dirname "$rel")"
       cp "$path" "$mods/$rel"
     done
