@@ -8,12 +8,6 @@
 //       inputs drawn from a fixed seed in the target's input format (a
 //       configuration byte, then 48-byte records: operation, clock step,
 //       fields), biased towards the valid-looking packets that reach deep.
-// Known engine bug kept out of (b): "B deregisters R0" while a READ of R0 is
-// accepted but not yet answered makes B send (and read) bytes of the
-// deregistered region — tests/fuzz/corpus/endpoint/repro-read-after-dereg.
-// Until that is fixed the generator uses the deregistration only as the
-// first record of an input without the partially delivered exchange (so no
-// READ of R0 is pending); set kDeregAnywhere to true once it is.
 // `--write-corpus DIR [N]` writes N generated inputs to DIR (a starting
 // corpus for libFuzzer) and exits; `--files-only` skips the built-in set. Each input is passed as an exact-size heap
 // copy. The target aborts on a failed check.
@@ -38,10 +32,9 @@ using replay::Bytes;
 
 constexpr int kGenerated = 6000;
 constexpr uint64_t kSeed = 0x456E64706F696E74ull;  // fixed: the run is reproducible
-constexpr size_t kRecordBytes = 48;                 // as in fuzz_endpoint.cpp
-constexpr int kDeregFirst = 400;                    // inputs that start with B's deregistration
-constexpr bool kDeregAnywhere = true;               // see above
-constexpr uint8_t kCfgNoPartial = 0x08;             // as in fuzz_endpoint.cpp
+constexpr size_t kRecordBytes = 48;                // as in fuzz_endpoint.cpp
+constexpr int kDeregFirst = 400;                   // inputs that start with B's deregistration
+constexpr uint8_t kCfgNoPartial = 0x08;            // as in fuzz_endpoint.cpp
 
 using replay::run_one;
 using replay::run_path;
@@ -52,13 +45,13 @@ void add_record(Bytes& out, SplitMix& rng) {
   uint8_t op;
   const size_t kind = rng.below(100);
   if (kind < 50) op = static_cast<uint8_t>(rng.below(3));  // data packets
-  else if (kind < 62) op = 3;                               // ACK
-  else if (kind < 72) op = 4;                               // NAK
-  else if (kind < 77) op = 5;                               // probe
-  else if (kind < 85) op = 6;                               // raw
-  else op = 7;                                              // local action
-  if (rng.below(100) < 15) op |= 0x08;                      // to A
-  if (rng.below(100) < 10) op |= 0x10;                      // CE
+  else if (kind < 62) op = 3;                              // ACK
+  else if (kind < 72) op = 4;                              // NAK
+  else if (kind < 77) op = 5;                              // probe
+  else if (kind < 85) op = 6;                              // raw
+  else op = 7;                                             // local action
+  if (rng.below(100) < 15) op |= 0x08;                     // to A
+  if (rng.below(100) < 10) op |= 0x10;                     // CE
   const size_t sender = rng.below(100);
   if (sender >= 90) op |= 0x60;
   else if (sender >= 80) op |= 0x40;
@@ -69,9 +62,7 @@ void add_record(Bytes& out, SplitMix& rng) {
   out.push_back(step);
   for (size_t i = 2; i < kRecordBytes; ++i) {
     const size_t r = rng.below(100);
-    uint8_t field = r < 50 ? 0 : r < 80 ? static_cast<uint8_t>(rng.below(16)) : rng.byte();
-    // Local action 3 is B's deregistration of R0.
-    if (i == 2 && (op & 7) == 7 && (field & 7) == 3 && !kDeregAnywhere) field ^= 1;
+    const uint8_t field = r < 50 ? 0 : r < 80 ? static_cast<uint8_t>(rng.below(16)) : rng.byte();
     out.push_back(field);
   }
 }
