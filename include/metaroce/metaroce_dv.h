@@ -19,7 +19,8 @@
 // link it before libibverbs); tools/metaroce-run sets that up for an
 // unmodified program. See docs/verbs.md.
 //
-// Link with -lmetaroce-rdmav34 (the provider library) and -libverbs.
+// Build with `pkg-config --cflags --libs metaroce` (-lmetaroce -libverbs;
+// libmetaroce-dev); see metaroce_dv(7).
 #ifndef METAROCE_METAROCE_DV_H
 #define METAROCE_METAROCE_DV_H
 

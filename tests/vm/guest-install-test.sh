@@ -13,7 +13,7 @@ export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 export DEBIAN_FRONTEND=noninteractive
 . "$(dirname "$0")/guest-lib.sh"
 
-PACKAGES=(metaroce-dkms libmetaroce1 metaroced metaroce-tools)
+PACKAGES=(metaroce-dkms libmetaroce1 libmetaroce-dev metaroced metaroce-tools)
 kver=$(uname -r)
 debs=$MROCE_STAGE/debs
 # The overlay's upper layer, where every file this guest writes lands
@@ -66,11 +66,19 @@ echo "#   module: $(module_file)"
 expect "modprobe resolves the alias rdma-link-metaroce to metaroce" sh -c "modprobe -S $kver --resolve-alias rdma-link-metaroce | grep -qx metaroce"
 expect "libibverbs driver file installed" grep -qx 'driver metaroce' /etc/libibverbs.d/metaroce.driver
 expect "provider installed by libmetaroce1" sh -c "dpkg -L libmetaroce1 | grep -q '/libibverbs/libmetaroce-rdmav34.so$'"
+expect "libibverbs' provider is a link to libmetaroce.so.1" sh -c \
+  "[ \"\$(readlink -f /usr/lib/x86_64-linux-gnu/libibverbs/libmetaroce-rdmav34.so)\" = \"\$(readlink -f /usr/lib/x86_64-linux-gnu/libmetaroce.so.1)\" ]"
 expect "config /etc/metaroce/metaroced.toml is a conffile of metaroced" sh -c "dpkg-query -W -f='\${Conffiles}' metaroced | grep -q '/etc/metaroce/metaroced.toml'"
 # The leftover scan at the end looks at the overlay's upper layer: it must
 # show what the install wrote.
 expect "the overlay's upper layer shows the installed files" test -f "$upper/usr/src/metaroce-$(dpkg-query -W -f='${Version}' metaroce-dkms | sed 's/-[^-]*$//')/dkms.conf"
-expect "man pages installed" sh -c "for m in metaroce.1 metaroce-perf.1 metaroce-run.1 metaroced.8 metaroced.toml.5; do ls /usr/share/man/man*/\$m.gz >/dev/null || exit 1; done"
+expect "man pages installed" sh -c "for m in metaroce.1 metaroce-perf.1 metaroce-run.1 metaroced.8 metaroced.toml.5 metaroce_dv.7 metaroce_dv_open_device.3 metaroce_dv_home_port.3; do ls /usr/share/man/man*/\$m.gz >/dev/null || exit 1; done"
+# libmetaroce-dev: a program outside the tree builds with pkg-config metaroce
+# alone, and runs (tests/install/dv_program.c).
+# shellcheck disable=SC2016  # expanded by the inner sh
+expect "a program builds against the installed metaroce_dv.h with pkg-config metaroce" \
+  sh -c 'cc -o /tmp/dv_program "$1" $(pkg-config --cflags --libs metaroce)' sh "$(dirname "$0")/../install/dv_program.c"
+expect "and runs: a kernel-less device on loopback, its verbs objects" /tmp/dv_program
 
 # --- rdma link add, with no insmod ---------------------------------------------
 make_pair ns0 ns1 mra mrb 10.0.0
@@ -139,7 +147,7 @@ expect "modprobe -r metaroce" modprobe -r metaroce
 
 start=$(date +%s)
 if apt-get purge -y -q -o Dpkg::Use-Pty=0 "${PACKAGES[@]}" >/tmp/apt-purge.log 2>&1; then
-  pass "apt-get purge of the four packages in $(elapsed "$start")s"
+  pass "apt-get purge of the five packages in $(elapsed "$start")s"
 else
   not_ok "apt-get purge (status $?)"; sed 's/^/#   /' /tmp/apt-purge.log | tail -n 20
 fi

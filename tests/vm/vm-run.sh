@@ -4,7 +4,7 @@
 # emulation) with the host's root shared read-only over 9p under a tmpfs
 # overlay, runs a guest test script and exits with its status.
 #
-#   vm-run.sh --ko PATH/metaroce.ko --provider PATH/libmetaroce-rdmav34.so
+#   vm-run.sh --ko PATH/metaroce.ko --provider PATH/libmetaroce.so.1.0.0
 #             --work DIR --test GUEST_SCRIPT [--probe PATH] [--timeout SECONDS]
 #   vm-run.sh --debs DIR --work DIR --test GUEST_SCRIPT [--timeout SECONDS]
 #
@@ -69,7 +69,7 @@ if [ -z "$debs" ]; then
     { echo "vm-run.sh: depmod did not record the rdma-link-metaroce alias" >&2; exit 1; }
   # What the guest installs into its overlay: the provider and its driver file.
   mkdir -p "$stage/provider" "$stage/bin"
-  cp "$provider" "$stage/provider/"
+  cp "$provider" "$stage/provider/libmetaroce-rdmav34.so"  # as libibverbs' provider directory names it
   [ -z "$probe" ] || cp "$probe" "$stage/bin/"
 else
   # --- the install test's module tree, which guest-boot.sh mounts (tmpfs)
