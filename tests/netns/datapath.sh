@@ -27,7 +27,9 @@ use_prefix "mrd-${scenario:0:6}"
 RUN_ARGS=(--dev mr0=eth0 --mtu 1400)
 
 # on HOST TIMEOUT PROGRAM ARGS...: PROGRAM in host HOST's namespace through
-# the launcher, device mr0 on that host's eth0.
+# the launcher, device mr0 on that host's eth0, under `timeout`. (In the
+# background as `on ... &` its PID would be a subshell's: start_server and
+# the scenarios that kill a process start it themselves.)
 on() {
     local host=$1 limit=$2; shift 2
     timeout "$limit" ip netns exec "${PREFIX}-$host" "$RUN" "${RUN_ARGS[@]}" "$@"
@@ -35,10 +37,11 @@ on() {
 
 # start_server HOST TIMEOUT PORT OUT PROGRAM ARGS...: the server side of a
 # pair in the background, returning once it listens on TCP PORT (its
-# exchange socket); SERVER is its PID.
+# exchange socket); SERVER is the PID of its `timeout`, whose child is the
+# program.
 start_server() {
     local host=$1 limit=$2 port=$3 out=$4; shift 4
-    on "$host" "$limit" "$@" -p "$port" >"$out" 2>&1 &
+    timeout "$limit" ip netns exec "${PREFIX}-$host" "$RUN" "${RUN_ARGS[@]}" "$@" -p "$port" >"$out" 2>&1 &
     SERVER=$!
     wait_tcp_listener -n "${PREFIX}-$host" -p "$SERVER" "$port" || { cat "$out" >&2; fail "server of $* did not listen"; }
 }
@@ -121,7 +124,8 @@ peer-killed)
     port=19600
     start_server h1 120 "$port" "$WORK/server" "$PERF" -d mr0 --test write -s 65536 -n 10000000
     spid=$SERVER
-    on h0 120 "$PERF" -d mr0 --test write -s 65536 -n 10000000 -p "$port" "$(fab addr h1)" >"$WORK/client" 2>&1 &
+    timeout 120 ip netns exec "${PREFIX}-h0" "$RUN" "${RUN_ARGS[@]}" "$PERF" -d mr0 --test write -s 65536 \
+        -n 10000000 -p "$port" "$(fab addr h1)" >"$WORK/client" 2>&1 &
     cpid=$!
     # Killed mid-transfer: once 5000 data packets have crossed.
     under_way() { (( $(fab status --json | json - 'sum(p["left_to_right"]["offered_packets"] for p in d["paths"])') >= 5000 )); }
