@@ -84,6 +84,9 @@ class IoBackend {
   virtual TxBatch& tx_batch() = 0;
   // Sends a built batch (io_uring: queued, submitted by the next wait()).
   virtual void send(TxBatch& batch) = 0;
+  // Hands the kernel every queued send and waits (until `deadline`) for it
+  // to take them: the last thing the progress thread does.
+  virtual void drain_sends(transport::Time deadline) = 0;
   // The path sockets after the runtime opened more (`fds` extends the
   // current list, at most kMaxPathSockets).
   virtual void set_path_fds(std::vector<int> fds) = 0;

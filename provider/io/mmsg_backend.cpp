@@ -82,6 +82,8 @@ class MmsgBackend final : public IoBackend {
   }
 
 
+  void drain_sends(transport::Time) override {}  // sendmmsg has sent them already
+
   void set_path_fds(std::vector<int> fds) override { config_.path_fds = std::move(fds); }
 
  private:

@@ -52,6 +52,8 @@ namespace {
 // Sleep used when an iteration did nothing although the engine claims to be
 // due: never spin on a stale wakeup time.
 constexpr transport::Time kStaleWakeupSleepNs = 20'000;
+// How long a closing runtime waits for the kernel to take its last sends.
+constexpr transport::Time kOwedSendsTimeoutNs = 100'000'000;
 constexpr unsigned long kTimerSlackNs = 5'000;
 
 void log_fallback_once(const std::string& reason) {
@@ -89,7 +91,10 @@ class RuntimeImpl final : public Runtime {
   explicit RuntimeImpl(const RuntimeOptions& options)
       : options_(options), rng_(options.test_seed), drop_threshold_(drop_threshold(options.test_drop_probability)) {}
 
-  ~RuntimeImpl() override {
+  ~RuntimeImpl() override { shutdown(); }
+
+  void shutdown() override {
+    std::lock_guard<std::mutex> lock(shutdown_mutex_);
     stop_.store(true);
     if (thread_.joinable()) {
       const uint64_t one = 1;
@@ -154,6 +159,7 @@ class RuntimeImpl final : public Runtime {
   void sync_path_sockets(IoBackend& io);
   void run(std::promise<std::string>& started);
   void progress_loop(IoBackend& io);
+  void send_what_is_owed(IoBackend& io);
   void deliver(const RxMessage& message, transport::Time now);
   void publish(const IoBackend& io);
 
@@ -176,6 +182,7 @@ class RuntimeImpl final : public Runtime {
 
   std::thread thread_;
   std::atomic<bool> stop_{false};
+  std::mutex shutdown_mutex_;
   std::atomic<bool> kick_pending_{false};
 
   // Progress thread state.
@@ -415,6 +422,31 @@ void RuntimeImpl::progress_loop(IoBackend& io) {
     }
     publish(io);
   }
+  send_what_is_owed(io);
+}
+
+void RuntimeImpl::send_what_is_owed(IoBackend& io) {
+  // What a NIC would still put on the wire for a closing context: the ACKs
+  // and NAKs the peer is owed (its requests completed here, or failed), and
+  // whatever else is due, in one last batch handed to the kernel.
+  TxBatch& batch = io.tx_batch();
+  {
+    std::lock_guard<std::mutex> lock(engine_mutex_);
+    const transport::Time clock = Runtime::now();
+    peers_->refresh(view_);
+    engine_->flush_owed(clock);
+    while (!batch.full()) {
+      const std::optional<transport::TxDatagram> datagram = engine_->poll_transmit(clock, batch.next_slot());
+      if (!datagram) break;
+      batch.commit(datagram->peer, datagram->path_id, datagram->length);
+    }
+  }
+  if (batch.size() > 0) {
+    batch.build(view_, path_count_, socket_count_, io.gso(), counters_.unroutable);
+    io.send(batch);
+  }
+  io.drain_sends(Runtime::now() + kOwedSendsTimeoutNs);
+  publish(io);
 }
 
 void RuntimeImpl::deliver(const RxMessage& message, transport::Time now) {

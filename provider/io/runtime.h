@@ -112,6 +112,10 @@ class Runtime {
   virtual void set_completion_listener(std::function<void(uint32_t cq)> listener) = 0;
 
   virtual RuntimeStats stats() const = 0;
+  // Stops the progress thread after it has sent what the peers are owed
+  // (ACKs for what completed here, NAKs); the destructor does it too. For
+  // a process that exits without closing its devices. Idempotent.
+  virtual void shutdown() = 0;
   // Added for path discovery: path i of `peer` leaves from source port
   // ports[i % size] (opening sockets for ports not open yet) instead of the
   // default sockets. Meant for before the first packet to the peer (a path

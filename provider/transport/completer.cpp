@@ -46,7 +46,9 @@ void QueuePair::complete_send_wr(const OutboundMessage& m, WcStatus status) {
     else if (wire::is_atomic(m.opcode)) c.byte_len = 8;
     else c.byte_len = m.length;
   }
-  endpoint_.push_completion(send_cq_, c);
+  // A READ or atomic completes on data that arrived here: the ACK of that
+  // data leaves first.
+  endpoint_.push_completion(send_cq_, c, /*owes_ack=*/status == WcStatus::Success && m.needs_response());
 }
 
 void QueuePair::advance_requester() {

@@ -487,7 +487,22 @@ void Connection::on_timer(Time now) {
 
 // --- transmit ----------------------------------------------------------------
 
+void Connection::ack_everything_now() {
+  if (unacked_packets_ > 0) ack_now_ = true;
+  if (!farewells_.empty()) farewell_due_ = true;
+}
+
+void Connection::farewell(const QueuePair& qp) {
+  if (!qp.completed_any()) return;
+  constexpr uint32_t kFarewellAcks = 4;  // lost ACKs are not resent: say it a few times
+  constexpr size_t kMaxFarewells = 32;
+  if (farewells_.size() == kMaxFarewells) farewells_.erase(farewells_.begin());
+  farewells_.push_back({{qp.remote_qpn(), qp.completed_msn()}, kFarewellAcks});
+  farewell_due_ = true;
+}
+
 bool Connection::ack_due(Time now) const {
+  if (farewell_due_) return true;
   if (unacked_packets_ == 0 || dirty_paths_ == 0) return false;
   return ack_now_ || unacked_packets_ >= endpoint_.config().ack_every_packets ||
          now >= oldest_unacked_ + endpoint_.ack_delay();
@@ -534,11 +549,18 @@ size_t Connection::send_ack(Time now, std::span<uint8_t> out, uint16_t& path_id)
     if (!listed) ack.streams[ack.stream_count++] = {qp->remote_qpn(), qp->completed_msn()};
   }
   if (!qps_.empty()) ack_stream_cursor_ = (ack_stream_cursor_ + 1) % qps_.size();
+  for (Farewell& f : farewells_) {
+    if (ack.stream_count == wire::kMaxAckStreams) break;
+    ack.streams[ack.stream_count++] = f.stream;
+    --f.acks_left;
+  }
   // Every ACK repeats the cumulative state, so a lost one costs little
   // unless it was the last of a burst.
   const uint16_t ack_path = reply_path(now);
   const size_t length = wire::encode_ack(out, origin(ack_path), ack);
   if (length == 0) return 0;
+  std::erase_if(farewells_, [](const Farewell& f) { return f.acks_left == 0; });
+  farewell_due_ = !farewells_.empty();
   dirty_paths_ = remaining;
   if (remaining == 0) {
     unacked_packets_ = 0;
@@ -738,7 +760,7 @@ size_t Connection::poll_transmit(Time now, std::span<uint8_t> out, uint16_t& pat
 }
 
 Time Connection::next_wakeup() const {
-  if (!control_.empty()) return 0;
+  if (!control_.empty() || farewell_due_) return 0;
   Time wake = kNever;
   if (unacked_packets_ > 0 && dirty_paths_ != 0) {
     if (ack_now_ || unacked_packets_ >= endpoint_.config().ack_every_packets) return 0;

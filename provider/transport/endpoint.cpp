@@ -125,11 +125,37 @@ size_t Endpoint::cq_depth(uint32_t cq) const {
   return it == cqs_.end() ? 0 : it->second->entries.size();
 }
 
-void Endpoint::push_completion(uint32_t cq, const Completion& completion) {
+void Endpoint::push_completion(uint32_t cq, const Completion& completion, bool owes_ack) {
+  // A completion that data arriving here caused becomes visible only once
+  // the ACK covering that data has been handed to the driver (when
+  // poll_transmit has nothing more due), as an RDMA NIC acknowledges what
+  // it placed before the application can see it: an application that
+  // exits at its last completion leaves no peer waiting. Later completions
+  // queue behind a held one, so a CQ keeps its order.
+  if (owes_ack || !held_completions_.empty()) {
+    held_completions_.emplace_back(cq, completion);
+    return;
+  }
+  deliver_completion(cq, completion);
+}
+
+void Endpoint::deliver_completion(uint32_t cq, const Completion& completion) {
   auto it = cqs_.find(cq);
   if (it == cqs_.end()) return;
   it->second->entries.push_back(completion);
   if (completion_observer_) completion_observer_(cq);
+}
+
+void Endpoint::release_completions() {
+  if (held_completions_.empty()) return;
+  for (const auto& [cq, completion] : held_completions_) deliver_completion(cq, completion);
+  held_completions_.clear();
+  completions_released_ = true;
+}
+
+void Endpoint::flush_owed(Time now) {
+  for (auto& [peer, state] : connections_) state.connection->ack_everything_now();
+  (void)now;
 }
 
 // --- queue pairs --------------------------------------------------------------
@@ -156,7 +182,11 @@ uint32_t Endpoint::create_qp_numbered(uint32_t qpn, uint32_t pd, uint32_t send_c
 PostResult Endpoint::destroy_qp(uint32_t qpn) {
   QueuePair* qp = find_qp(qpn);
   if (!qp) return PostResult::NoSuchObject;
-  if (qp->connection()) qp->connection()->detach(qp);
+  if (Connection* connection = qp->connection()) {
+    // The peer may still wait for this QP's last stream ACK.
+    connection->farewell(*qp);
+    connection->detach(qp);
+  }
   qps_.erase(qpn);
   return PostResult::Ok;
 }
@@ -401,6 +431,7 @@ std::optional<TxDatagram> Endpoint::poll_transmit(Time now, std::span<uint8_t> b
     }
     ++start;
   }
+  release_completions();
   return std::nullopt;
 }
 
@@ -409,6 +440,7 @@ size_t Endpoint::max_datagram_bytes() const {
 }
 
 Time Endpoint::next_wakeup() const {
+  if (!held_completions_.empty()) return 0;
   Time wake = kNever;
   for (const auto& [id, peer] : connections_) wake = std::min(wake, peer.connection->next_wakeup());
   return wake;

@@ -115,6 +115,17 @@ class Endpoint {
   size_t max_datagram_bytes() const;
   // Earliest time on_timer or poll_transmit has something to do; kNever if idle.
   Time next_wakeup() const;
+  // Before the driver stops for good: every ACK the peers are owed becomes
+  // due now (poll_transmit then hands it out).
+  void flush_owed(Time now);
+  // True once after poll_transmit made completions visible that data
+  // arriving had caused (a driver that runs the application between
+  // deliveries gives it its turn again).
+  bool take_completions_released() {
+    const bool released = completions_released_;
+    completions_released_ = false;
+    return released;
+  }
 
   const EndpointCounters& counters() const { return counters_; }
   // Per-path view of the connection to `peer`, for statistics and tests.
@@ -148,7 +159,9 @@ class Endpoint {
   // the datagram's new length, 0 when it cannot be sent.
   size_t frame(Peer& peer, std::span<uint8_t> buf, size_t length);
   QueuePair* find_qp(uint32_t qpn) const;
-  void push_completion(uint32_t cq, const Completion& completion);
+  void push_completion(uint32_t cq, const Completion& completion, bool owes_ack = false);
+  void deliver_completion(uint32_t cq, const Completion& completion);
+  void release_completions();
 
   EndpointConfig config_;
   uint32_t epoch_ = 0;
@@ -160,6 +173,8 @@ class Endpoint {
   // Ordered so that iteration (transmit scheduling) is deterministic.
   std::map<PeerId, Peer> connections_;
   std::function<void(uint32_t)> completion_observer_;
+  std::vector<std::pair<uint32_t, Completion>> held_completions_;  // (cq, completion), in order
+  bool completions_released_ = false;
   uint32_t next_cq_ = 1;
   uint32_t next_qpn_index_ = 0;
   PeerId tx_cursor_ = 0;  // round-robin start among connections

@@ -290,7 +290,7 @@ void QueuePair::advance_responder() {
       c.imm = m.imm;
       recv_queue_.pop_front();
       ++recv_consumed_;
-      endpoint_.push_completion(recv_cq_, c);
+      endpoint_.push_completion(recv_cq_, c, /*owes_ack=*/true);
     } else if (m.opcode == wire::Opcode::ReadRequest) {
       execute_read(msn, m);
     } else if (wire::is_atomic(m.opcode) && !execute_atomic(msn, m)) {
@@ -323,7 +323,7 @@ void QueuePair::fail_responder(uint32_t msn, const InboundMessage& m) {
     c.src_qp = m.src_qpn;
     recv_queue_.pop_front();
     ++recv_consumed_;
-    endpoint_.push_completion(recv_cq_, c);
+    endpoint_.push_completion(recv_cq_, c, /*owes_ack=*/true);
   }
   to_error();
 }

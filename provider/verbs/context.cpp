@@ -18,6 +18,7 @@
 
 #include "metaroce/abi.h"
 #include "daemon_client.h"
+#include "exit_flush.h"
 #include "provider.h"
 
 namespace metaroce::verbs {
@@ -484,6 +485,7 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
   alloc->impl = raw;
   verbs_set_ops(&alloc->vctx, &kContextOps);
   raw->runtime->set_completion_listener([raw](uint32_t cq) { raw->on_completion(cq); });
+  watch_at_exit(raw->runtime.get());
   return &alloc->vctx;
 }
 
@@ -550,6 +552,7 @@ void free_context(ibv_context* context) {
                                                 offsetof(verbs_context, context));
   Context* impl = alloc->impl;
   dump_stats(*impl);
+  unwatch_at_exit(impl->runtime.get());
   impl->daemon.reset();   // its thread uses the runtime
   impl->runtime.reset();  // stops the progress thread first
   if (impl->async_write_fd >= 0) ::close(impl->async_write_fd);
