@@ -163,6 +163,9 @@ static_assert(sizeof(ProbeWire) == 16);
 
 inline constexpr size_t kCommonHeaderBytes = sizeof(CommonHeaderWire);
 inline constexpr size_t kDataHeaderBytes = kCommonHeaderBytes + sizeof(DataHeaderWire);
+// What a payload-carrying data packet adds to its payload: the figure from
+// which the payload that fits a link's MTU is derived (include/metaroce/abi.h).
+inline constexpr size_t kDataOverheadBytes = kDataHeaderBytes;
 inline constexpr size_t kMaxAckBytes = kCommonHeaderBytes + sizeof(AckHeaderWire) +
                                        kMaxAckPathBlocks * sizeof(PathSackWire) +
                                        kMaxAckStreams * sizeof(StreamAckWire);

@@ -143,7 +143,7 @@ class RuntimeImpl final : public Runtime {
     std::atomic<bool> gso{false};
     std::atomic<uint64_t> datagrams_sent{0}, datagrams_received{0}, send_syscalls{0}, receive_syscalls{0},
         test_drops{0}, unknown_sender_drops{0}, send_errors{0}, progress_wakeups{0}, gso_sends{0},
-        gro_receives{0}, truncated_drops{0};
+        gro_receives{0}, truncated_drops{0}, oversize_drops{0};
   };
 
   bool open_home_socket(std::string& error);
@@ -449,6 +449,12 @@ void RuntimeImpl::publish(const IoBackend& io) {
   shared_.send_syscalls.store(b.send_syscalls, relaxed);
   shared_.receive_syscalls.store(b.receive_syscalls, relaxed);
   shared_.send_errors.store(b.send_errors + counters_.unroutable, relaxed);
+  if (b.oversize_drops != 0 && shared_.oversize_drops.exchange(b.oversize_drops, relaxed) == 0) {
+    std::fprintf(stderr,
+                 "metaroce: the kernel refused a datagram of up to %zu bytes from %s as larger than the path MTU "
+                 "(IP fragmentation is never used); such datagrams are counted in oversize_drops\n",
+                 max_datagram_, options_.local_address.c_str());
+  }
   shared_.gso_sends.store(b.gso_sends, relaxed);
   shared_.datagrams_received.store(counters_.datagrams_received, relaxed);
   shared_.test_drops.store(counters_.test_drops, relaxed);
@@ -475,6 +481,7 @@ RuntimeStats RuntimeImpl::stats() const {
   s.gso_sends = shared_.gso_sends.load(relaxed);
   s.gro_receives = shared_.gro_receives.load(relaxed);
   s.truncated_drops = shared_.truncated_drops.load(relaxed);
+  s.oversize_drops = shared_.oversize_drops.load(relaxed);
   return s;
 }
 

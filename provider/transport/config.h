@@ -62,6 +62,10 @@ struct QpConfig {
   Time min_rnr_timer_ns = 10'000;
   uint32_t max_rd_atomic = 16;
   uint32_t max_dest_rd_atomic = 16;
+  // Payload bytes per data packet of this QP (verbs: a path_mtu below the
+  // port's active MTU); 0, or anything above the endpoint's mtu, means the
+  // endpoint's. Both ends of a connection must agree, as with path_mtu.
+  uint32_t mtu = 0;
 };
 
 }  // namespace metaroce::transport

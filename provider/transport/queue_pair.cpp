@@ -13,7 +13,10 @@ QueuePair::QueuePair(Endpoint& endpoint, uint32_t qpn, uint32_t pd, uint32_t sen
                      uint32_t recv_cq, const QpConfig& config)
     : endpoint_(endpoint), qpn_(qpn), pd_(pd), send_cq_(send_cq), recv_cq_(recv_cq), config_(config) {}
 
-uint32_t QueuePair::mtu() const { return endpoint_.config().mtu; }
+uint32_t QueuePair::mtu() const {
+  const uint32_t endpoint_mtu = endpoint_.config().mtu;
+  return config_.mtu != 0 && config_.mtu < endpoint_mtu ? config_.mtu : endpoint_mtu;
+}
 
 void QueuePair::to_rtr(Connection* connection, uint32_t remote_qpn, const QpConfig& config) {
   connection_ = connection;

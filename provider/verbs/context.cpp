@@ -23,6 +23,9 @@
 namespace metaroce::verbs {
 namespace {
 
+static_assert(METAROCE_DATA_OVERHEAD_BYTES == wire::kDataOverheadBytes,
+              "abi.h's data packet overhead must be wire.h's: the kernel reports the same active MTU");
+
 const verbs_context_ops kContextOps = [] {
   verbs_context_ops ops{};
   ops.alloc_pd = alloc_pd;
@@ -53,7 +56,7 @@ const verbs_context_ops kContextOps = [] {
 struct Options {
   uint16_t paths = 4;
   bool paths_explicit = false;  // set by METAROCE_PATHS or the dv options, else metaroced's choice
-  uint32_t mtu = 4096;
+  uint32_t mtu = 0;  // payload bytes per packet; 0 = what fits the netdev's MTU
   transport::Profile profile = transport::Profile::MetaRoCE;
   double test_loss = 0;
   uint64_t test_seed = 0;  // 0: derived from the home port
@@ -226,6 +229,20 @@ uint64_t netdev_speed_bps(uint32_t ifindex) {
   return ok && mbps > 0 ? uint64_t(mbps) * 1'000'000 : 0;
 }
 
+// The netdev's MTU; a standard Ethernet frame's when the address belongs to
+// no interface we can see.
+uint32_t netdev_mtu(uint32_t ifindex) {
+  constexpr uint32_t kEthernetMtu = 1500;
+  char name[IF_NAMESIZE] = {};
+  if (ifindex == 0 || !if_indextoname(ifindex, name)) return kEthernetMtu;
+  std::FILE* f = std::fopen((std::string("/sys/class/net/") + name + "/mtu").c_str(), "re");
+  if (!f) return kEthernetMtu;
+  unsigned long mtu = 0;
+  const bool ok = std::fscanf(f, "%lu", &mtu) == 1;
+  std::fclose(f);
+  return ok && mtu > 0 ? static_cast<uint32_t>(mtu) : kEthernetMtu;
+}
+
 // One line per process, not per context: a program opening many contexts
 // without a daemon is told once.
 void warn_once(const std::string& message) {
@@ -337,14 +354,6 @@ int errno_of(transport::PostResult result) {
   return EINVAL;
 }
 
-ibv_mtu mtu_enum(uint32_t bytes) {
-  if (bytes >= 4096) return IBV_MTU_4096;
-  if (bytes >= 2048) return IBV_MTU_2048;
-  if (bytes >= 1024) return IBV_MTU_1024;
-  if (bytes >= 512) return IBV_MTU_512;
-  return IBV_MTU_256;
-}
-
 void Context::on_completion(uint32_t cq) {
   auto it = cqs.find(cq);
   if (it == cqs.end()) return;
@@ -428,7 +437,10 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
   auto impl = std::make_unique<Context>();
   impl->device = dev;
   impl->vctx = &alloc->vctx;
+  if (o.mtu == 0)
+    o.mtu = metaroce_payload_for_link_mtu(netdev_mtu(dev->ifindex), dev->address.ss_family == AF_INET6);
   impl->mtu = std::clamp<uint32_t>(o.mtu, 256, 65000);
+  impl->active_mtu = static_cast<ibv_mtu>(metaroce_ib_mtu_not_above(impl->mtu));
   impl->profile = o.profile;
   impl->paths = o.profile == transport::Profile::RoCEv2 ? 1 : o.paths;
   impl->poll_yield_every = o.poll_yield_every;
@@ -481,7 +493,7 @@ void dump_stats(Context& ctx) {
     std::fprintf(stderr,
                  "{\"metaroce_stats\":{\"io_uring\":%s,\"gso\":%s,\"gro\":%s,\"datagrams_sent\":%llu,\"send_syscalls\":%llu,"
                  "\"gso_sends\":%llu,\"datagrams_received\":%llu,\"receive_syscalls\":%llu,\"gro_receives\":%llu,"
-                 "\"progress_wakeups\":%llu,\"unknown_sender_drops\":%llu,\"truncated_drops\":%llu,\"rx_datagrams\":%llu,\"rx_drop_malformed\":%llu,\"rx_drop_unknown_peer\":%llu,"
+                 "\"progress_wakeups\":%llu,\"unknown_sender_drops\":%llu,\"truncated_drops\":%llu,\"oversize_drops\":%llu,\"rx_datagrams\":%llu,\"rx_drop_malformed\":%llu,\"rx_drop_unknown_peer\":%llu,"
                  "\"tx_data_packets\":%llu,\"tx_retransmits\":%llu,\"spurious_retransmits\":%llu,"
                  "\"rto_expirations\":%llu,\"path_failures\":%llu,\"path_recoveries\":%llu,\"tx_acks\":%llu,"
                  "\"rx_acks\":%llu,\"tx_probes\":%llu,\"paths\":[",
@@ -490,6 +502,7 @@ void dump_stats(Context& ctx) {
                  (unsigned long long)io.gso_sends, (unsigned long long)io.datagrams_received,
                  (unsigned long long)io.receive_syscalls, (unsigned long long)io.gro_receives,
                  (unsigned long long)io.progress_wakeups, (unsigned long long)io.unknown_sender_drops, (unsigned long long)io.truncated_drops,
+                 (unsigned long long)io.oversize_drops,
                  (unsigned long long)c.rx_datagrams, (unsigned long long)c.rx_drop_malformed,
                  (unsigned long long)c.rx_drop_unknown_peer, (unsigned long long)c.tx_data_packets,
                  (unsigned long long)c.tx_retransmits, (unsigned long long)c.spurious_retransmits,
@@ -572,7 +585,7 @@ int query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* port_attr)
   ibv_port_attr p{};
   p.state = IBV_PORT_ACTIVE;
   p.max_mtu = IBV_MTU_4096;
-  p.active_mtu = mtu_enum(ctx->mtu);
+  p.active_mtu = ctx->active_mtu;
   // Kernel devices have the RDMA core's GID table (default GID, then the
   // netdev's addresses); kernel-less ones a single entry.
   p.gid_tbl_len = ctx->device->kernel ? METAROCE_GID_TABLE_LEN : 1;

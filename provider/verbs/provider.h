@@ -146,7 +146,8 @@ struct Context {
   // it is destroyed first.
   std::unique_ptr<DaemonClient> daemon;
   uint16_t home_port = 0;
-  uint32_t mtu = 4096;
+  uint32_t mtu = 0;  // payload bytes per data packet (what fits the netdev's MTU, or METAROCE_MTU)
+  ibv_mtu active_mtu = IBV_MTU_1024;  // the largest IB MTU not above mtu
   transport::Profile profile = transport::Profile::MetaRoCE;
   uint16_t paths = 4;
   int async_write_fd = -1;   // async_fd is the read end
@@ -186,7 +187,8 @@ inline Qp* qp_of(ibv_qp_ex* qp) { return reinterpret_cast<Qp*>(qp); }
 
 // Errno for an engine result.
 int errno_of(transport::PostResult result);
-ibv_mtu mtu_enum(uint32_t bytes);
+// Bytes of an IB MTU.
+constexpr uint32_t ib_mtu_bytes(ibv_mtu mtu) { return 128u << mtu; }
 
 // --- ops (one file per concern) ---------------------------------------------------
 // context.cpp

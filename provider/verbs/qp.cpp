@@ -158,7 +158,12 @@ void remember(Qp& qp, const ibv_qp_attr& a, int mask) {
   if (mask & IBV_QP_PKEY_INDEX) s.pkey_index = a.pkey_index;
   if (mask & IBV_QP_PORT) s.port_num = a.port_num;
   if (mask & IBV_QP_AV) s.ah_attr = a.ah_attr;
-  if (mask & IBV_QP_PATH_MTU) s.path_mtu = a.path_mtu;
+  if (mask & IBV_QP_PATH_MTU) {
+    s.path_mtu = a.path_mtu;
+    // At the port's MTU (or above) the QP sends full packets (what fits the
+    // link, more than the IB MTU's bytes); below it, the IB MTU's bytes.
+    qp.config.mtu = a.path_mtu < qp.ctx->active_mtu ? ib_mtu_bytes(a.path_mtu) : 0;
+  }
   if (mask & IBV_QP_DEST_QPN) s.dest_qp_num = a.dest_qp_num;
   if (mask & IBV_QP_RQ_PSN) s.rq_psn = a.rq_psn;
   if (mask & IBV_QP_SQ_PSN) s.sq_psn = a.sq_psn;
@@ -270,7 +275,7 @@ ibv_qp* create(Context* ctx, ibv_context* context, ibv_pd* pd, const ibv_qp_init
   qp->attr.qp_state = IBV_QPS_RESET;
   qp->attr.cap = qp->cap;
   qp->attr.port_num = 1;
-  qp->attr.path_mtu = mtu_enum(ctx->mtu);
+  qp->attr.path_mtu = ctx->active_mtu;
 
   // What libibverbs' ibv_create_qp() would fill in; ibv_create_qp_ex() calls
   // the provider directly, so do it here for both.
@@ -373,7 +378,7 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
       qp->attr = ibv_qp_attr{};
       qp->attr.cap = cap;
       qp->attr.port_num = 1;
-      qp->attr.path_mtu = mtu_enum(ctx->mtu);
+      qp->attr.path_mtu = ctx->active_mtu;
     }
   } else if (next == IBV_QPS_ERR) {
     r = ctx->engine([&](transport::Endpoint& e) { return e.modify_qp_to_error(qp->qpn); });
