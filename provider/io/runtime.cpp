@@ -43,6 +43,7 @@
 #include "io_backend.h"
 #include "metaroce/wire.h"
 #include "peer_table.h"
+#include "ud_queue_pair.h"
 #include "udp_socket.h"
 
 namespace metaroce::io {
@@ -165,6 +166,7 @@ class RuntimeImpl final : public Runtime {
   std::atomic<uint64_t> sockets_version_{0};
   Fd event_fd_;
   sockaddr_storage local_{};
+  transport::Gid local_gid_{};  // local_ as a GID, the destination of every UD datagram
   uint16_t home_port_ = 0;
   bool gro_ = false;
   bool gso_ = false;
@@ -290,6 +292,8 @@ bool RuntimeImpl::start(std::string& error) {
   }
   if (!open_home_socket(error)) return false;
   peers_ = std::make_unique<PeerTable>(local_.ss_family);
+  PeerKey local_key;
+  if (make_peer_key(local_, 0, local_key)) local_gid_ = local_key.ip;
 
   transport::EndpointConfig config = options_.endpoint;
   config.home_port = home_port_;
@@ -424,6 +428,12 @@ void RuntimeImpl::deliver(const RxMessage& message, transport::Time now) {
     ++counters_.datagrams_received;
     if (drop_threshold_ != 0 && rng_.next() < drop_threshold_) {
       ++counters_.test_drops;
+      continue;
+    }
+    // UD belongs to no connection: any source may send it, and its
+    // addresses become the receive's GRH.
+    if (addressable && wire::peek_type(datagram) == wire::PacketType::UdSend) {
+      engine_->on_ud_datagram({key.ip, local_gid_}, datagram);
       continue;
     }
     transport::PeerId peer = 0;

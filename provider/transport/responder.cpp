@@ -10,6 +10,7 @@
 
 #include "connection.h"
 #include "endpoint.h"
+#include "shared_receive_queue.h"
 
 namespace metaroce::transport {
 namespace {
@@ -19,6 +20,7 @@ constexpr size_t kAtomicResultCache = 64;
 }  // namespace
 
 PostResult QueuePair::post_recv(const RecvWr& wr) {
+  if (srq_) return PostResult::InvalidArgument;  // its receives come from the SRQ
   if (state_ == QpState::Reset) return PostResult::BadState;
   if (wr.num_sge > kMaxSge) return PostResult::InvalidArgument;
   if (recv_queue_.size() >= config_.max_recv_wr) return PostResult::QueueFull;
@@ -33,6 +35,19 @@ PostResult QueuePair::post_recv(const RecvWr& wr) {
   }
   recv_queue_.push_back(wr);
   return PostResult::Ok;
+}
+
+const RecvWr* QueuePair::receive_for(uint32_t index) {
+  if (index < recv_consumed_) return nullptr;
+  const uint64_t slot = index - recv_consumed_;
+  while (srq_ && slot >= recv_queue_.size()) {
+    bool limit_reached = false;
+    std::optional<RecvWr> wqe = srq_->take(limit_reached);
+    if (limit_reached) endpoint_.notify({AsyncEventKind::SrqLimitReached, srq_->id()});
+    if (!wqe) break;
+    recv_queue_.push_back(*wqe);
+  }
+  return slot < recv_queue_.size() ? &recv_queue_[slot] : nullptr;
 }
 
 bool QueuePair::source_readable(const ChunkRef& ref) const {
@@ -98,10 +113,13 @@ Verdict QueuePair::check_new_inbound(const wire::Packet& p, InboundMessage& m) {
   }
   if (wire::consumes_receive(h.opcode)) {
     if (h.recv_index < recv_consumed_) return Verdict::InvalidRequest;
-    const uint64_t slot = h.recv_index - recv_consumed_;
-    if (slot >= recv_queue_.size()) return Verdict::ReceiverNotReady;
+    // Each earlier incomplete message consumes at most one receive: an
+    // ordinal further ahead is a lie (it would bind a shared queue's WQEs).
+    if (h.recv_index - recv_consumed_ >= h.msn - completed_msn_) return Verdict::InvalidRequest;
+    const RecvWr* wqe = receive_for(h.recv_index);
+    if (!wqe) return Verdict::ReceiverNotReady;
     if ((h.opcode == wire::Opcode::Send || h.opcode == wire::Opcode::SendImm) &&
-        h.msg_length > sge_total_length(sges_of(recv_queue_[slot])))
+        h.msg_length > sge_total_length(sges_of(*wqe)))
       return Verdict::InvalidRequest;
   }
   m.received.reset(wire::carries_payload(h.opcode) ? chunk_count(h.msg_length, mtu()) : 1);

@@ -31,22 +31,30 @@ const verbs_context_ops kContextOps = [] {
   ops.alloc_pd = alloc_pd;
   ops.async_event = async_event;
   ops.cq_event = cq_event;
+  ops.create_ah = create_ah;
   ops.create_cq = create_cq;
+  ops.create_cq_ex = create_cq_ex;
   ops.create_qp = create_qp;
   ops.create_qp_ex = create_qp_ex;
+  ops.create_srq = create_srq;
   ops.dealloc_pd = dealloc_pd;
   ops.dereg_mr = dereg_mr;
+  ops.destroy_ah = destroy_ah;
   ops.destroy_cq = destroy_cq;
   ops.destroy_qp = destroy_qp;
+  ops.destroy_srq = destroy_srq;
   ops.free_context = free_context;
   ops.modify_qp = modify_qp;
+  ops.modify_srq = modify_srq;
   ops.poll_cq = poll_cq;
   ops.post_recv = post_recv;
   ops.post_send = post_send;
+  ops.post_srq_recv = post_srq_recv;
   ops.query_device_ex = query_device_ex;
   ops.query_port = query_port;
   ops.query_qp = query_qp;
   ops.query_qp_data_in_order = query_qp_data_in_order;
+  ops.query_srq = query_srq;
   ops.reg_mr = reg_mr;
   ops.req_notify_cq = req_notify_cq;
   ops.resize_cq = resize_cq;
@@ -359,10 +367,15 @@ void Context::on_completion(uint32_t cq) {
   if (it == cqs.end()) return;
   Cq* c = it->second;
   c->pushed.fetch_add(1, std::memory_order_release);
-  if (c->event_fd >= 0 && c->armed.exchange(false, std::memory_order_acq_rel)) {
-    // ibv_get_cq_event() reads the CQ handle (struct ib_uverbs_comp_event_desc).
-    const uint64_t handle = reinterpret_cast<uintptr_t>(&c->ibv);
-    (void)!::write(c->event_fd, &handle, sizeof handle);
+  if ((c->event_fd >= 0 || c->kernel_channel) && c->armed.exchange(false, std::memory_order_acq_rel)) {
+    if (c->kernel_channel) {
+      // The kernel writes the event to its channel (see cq.cpp).
+      (void)ibv_cmd_req_notify_cq(&c->ibv, 0);
+    } else {
+      // ibv_get_cq_event() reads the CQ handle (struct ib_uverbs_comp_event_desc).
+      const uint64_t handle = reinterpret_cast<uintptr_t>(&c->ibv);
+      (void)!::write(c->event_fd, &handle, sizeof handle);
+    }
   }
 }
 
@@ -461,24 +474,25 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
   // metaroced may have chosen the number of paths.
   if (o.profile != transport::Profile::RoCEv2)
     impl->paths = impl->runtime->with_engine([](transport::Endpoint& e, transport::Time) { return e.config().paths; });
-  if (dev->kernel) {
-    // The kernel's async event file stays the context's async_fd.
-    ::close(fds[0]);
-    ::close(fds[1]);
-  } else {
-    // async_fd: a pipe that ibv_get_async_event() can read (and poll/epoll
-    // can watch); the provider writes struct ib_uverbs_async_event_desc
-    // records.
-    ::fcntl(fds[1], F_SETFL, O_NONBLOCK);
-    alloc->vctx.context.async_fd = fds[0];
-    impl->async_write_fd = fds[1];
-  }
+  // async_fd: a pipe that ibv_get_async_event() can read (and poll/epoll
+  // can watch); the provider writes struct ib_uverbs_async_event_desc
+  // records, and for a kernel device a thread copies the kernel's events
+  // from its event file into the pipe (see async_events.cpp).
+  ::fcntl(fds[1], F_SETFL, O_NONBLOCK);
+  const int kernel_async_fd = alloc->vctx.context.async_fd;
+  alloc->vctx.context.async_fd = fds[0];
+  impl->async_write_fd = fds[1];
+  if (dev->kernel && kernel_async_fd >= 0)
+    impl->kernel_events = std::make_unique<AsyncEventForwarder>(kernel_async_fd, fds[1]);
   alloc->vctx.context.num_comp_vectors = 1;
 
   Context* raw = impl.release();
   alloc->impl = raw;
   verbs_set_ops(&alloc->vctx, &kContextOps);
   raw->runtime->set_completion_listener([raw](uint32_t cq) { raw->on_completion(cq); });
+  raw->engine([raw](transport::Endpoint& e) {
+    e.set_async_observer([raw](const transport::AsyncEvent& event) { raw->on_async_event(event); });
+  });
   return &alloc->vctx;
 }
 
@@ -535,13 +549,13 @@ void free_context(ibv_context* context) {
   dump_stats(*impl);
   impl->daemon.reset();   // its thread uses the runtime
   impl->runtime.reset();  // stops the progress thread first
+  impl->kernel_events.reset();  // writes to async_write_fd
   if (impl->async_write_fd >= 0) ::close(impl->async_write_fd);
+  free_event_objects(*impl);
   delete impl;
   verbs_uninit_context(&alloc->vctx);  // closes async_fd, drops the device reference
   std::free(alloc);
 }
-
-void async_event(ibv_context*, ibv_async_event*) {}
 
 int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input,
                     ibv_device_attr_ex* attr, size_t attr_size) {
@@ -560,7 +574,9 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
   d.hw_ver = 0;
   d.max_qp = static_cast<int>(kMaxQpsPerContext);
   d.max_qp_wr = static_cast<int>(kMaxQpWr);
-  d.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID;
+  // Port state changes are reported as async events; SRQs can be resized.
+  d.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_PORT_ACTIVE_EVENT |
+                       IBV_DEVICE_SRQ_RESIZE;
   d.max_sge = kMaxSge;
   d.max_sge_rd = kMaxSge;
   d.max_cq = static_cast<int>(kMaxCq);
@@ -571,6 +587,10 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
   d.max_res_rd_atom = static_cast<int>(kMaxRdAtomic * kMaxQpsPerContext);
   d.max_qp_init_rd_atom = kMaxRdAtomic;
   d.atomic_cap = IBV_ATOMIC_HCA;  // atomic among RDMA atomics (one progress thread)
+  d.max_srq = static_cast<int>(kMaxSrq);
+  d.max_srq_wr = static_cast<int>(kMaxSrqWr);
+  d.max_srq_sge = static_cast<int>(kMaxSge);
+  d.max_ah = static_cast<int>(kMaxAh);
   d.max_pkeys = 1;
   d.local_ca_ack_delay = 15;
   d.phys_port_cnt = 1;
