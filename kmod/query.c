@@ -23,7 +23,8 @@ static int mroce_query_device(struct ib_device *ib, struct ib_device_attr *attr,
 	attr->vendor_id = 0xffffff;
 	attr->max_qp = METAROCE_QP_INDEX_MAX - METAROCE_QP_INDEX_MIN + 1;
 	attr->max_qp_wr = MROCE_MAX_QP_WR;
-	attr->device_cap_flags = IB_DEVICE_RC_RNR_NAK_GEN | IB_DEVICE_SYS_IMAGE_GUID;
+	attr->device_cap_flags = IB_DEVICE_RC_RNR_NAK_GEN | IB_DEVICE_SYS_IMAGE_GUID | IB_DEVICE_PORT_ACTIVE_EVENT |
+				 IB_DEVICE_SRQ_RESIZE;
 	/* `rdma link del` may remove the device. */
 	attr->kernel_cap_flags = IBK_ALLOW_USER_UNREG;
 	attr->max_send_sge = MROCE_MAX_SGE;
@@ -37,6 +38,10 @@ static int mroce_query_device(struct ib_device *ib, struct ib_device_attr *attr,
 	attr->max_qp_init_rd_atom = MROCE_MAX_RD_ATOMIC;
 	attr->max_res_rd_atom = MROCE_MAX_RD_ATOMIC * attr->max_qp;
 	attr->atomic_cap = IB_ATOMIC_HCA;
+	attr->max_srq = MROCE_MAX_SRQ;
+	attr->max_srq_wr = MROCE_MAX_SRQ_WR;
+	attr->max_srq_sge = MROCE_MAX_SGE;
+	attr->max_ah = MROCE_MAX_AH;
 	attr->max_pkeys = 1;
 	attr->local_ca_ack_delay = 15;
 	return 0;

@@ -73,7 +73,7 @@ enum class WrOpcode : uint8_t {
   FetchAdd = 6,
 };
 
-inline constexpr uint32_t kMaxSge = 4;
+inline constexpr uint32_t kMaxSge = 8;
 
 struct Sge {
   uint64_t addr = 0;

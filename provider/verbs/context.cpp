@@ -574,9 +574,10 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
   d.hw_ver = 0;
   d.max_qp = static_cast<int>(kMaxQpsPerContext);
   d.max_qp_wr = static_cast<int>(kMaxQpWr);
-  // Port state changes are reported as async events; SRQs can be resized.
-  d.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_PORT_ACTIVE_EVENT |
-                       IBV_DEVICE_SRQ_RESIZE;
+  // SRQs can be resized; a kernel device reports port state changes
+  // (metaroce.ko follows the netdev's carrier).
+  d.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_SRQ_RESIZE;
+  if (ctx->device->kernel) d.device_cap_flags |= IBV_DEVICE_PORT_ACTIVE_EVENT;
   d.max_sge = kMaxSge;
   d.max_sge_rd = kMaxSge;
   d.max_cq = static_cast<int>(kMaxCq);

@@ -148,10 +148,7 @@ Cq* create(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_ve
   if (ctx->device->kernel) {
     // A kernel device's channel is the kernel's event file: the kernel CQ
     // is bound to it.
-    struct ibv_create_cq cmd{};
-    ib_uverbs_create_cq_resp resp{};
-    const int err = ibv_cmd_create_cq(context, cqe, channel, comp_vector, &cq->ibv, &cmd, sizeof cmd,
-                                      &resp, sizeof resp);
+    const int err = kernel_create_cq(context, cqe, channel, comp_vector, cq->ibv);
     if (err) {
       ctx->engine([&](transport::Endpoint& e) {
         e.destroy_cq(cq->id);

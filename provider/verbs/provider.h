@@ -35,7 +35,7 @@ inline constexpr uint32_t kHomePortCount = 4096;
 inline constexpr uint32_t kQpIndexBits = 12;
 inline constexpr uint32_t kMaxQpsPerContext = (1u << kQpIndexBits) - 1;  // index 1..4095
 inline constexpr uint32_t kMaxQpWr = 4096;
-inline constexpr uint32_t kMaxSge = 4;
+inline constexpr uint32_t kMaxSge = 8;
 inline constexpr uint32_t kMaxInlineData = 4096;
 inline constexpr uint32_t kMaxCqe = 1u << 20;
 inline constexpr uint32_t kMaxRdAtomic = 16;
@@ -298,6 +298,10 @@ int req_notify_cq(ibv_cq* cq, int solicited_only);
 void cq_event(ibv_cq* cq);
 int resize_cq(ibv_cq* cq, int cqe);
 ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr);
+// kernel_commands.cpp: a kernel device's CQ and QP objects (0 or an errno;
+// they set the handle, and the QP number).
+int kernel_create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_vector, ibv_cq& cq);
+int kernel_create_qp(ibv_pd* pd, const ibv_qp_init_attr& attr, ibv_qp& qp);
 // srq.cpp
 ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr* attr);
 int modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask);

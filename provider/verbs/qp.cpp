@@ -282,9 +282,7 @@ ibv_qp* create(Context* ctx, ibv_context* context, ibv_pd* pd, const ibv_qp_init
     if (qp->srq) init.cap.max_recv_wr = init.cap.max_recv_sge = 0;
     init.qp_type = a.qp_type;
     init.sq_sig_all = a.sq_sig_all;
-    struct ibv_create_qp cmd{};
-    ib_uverbs_create_qp_resp resp{};
-    if (const int kerr = ibv_cmd_create_qp(pd, &q, &init, &cmd, sizeof cmd, &resp, sizeof resp)) {
+    if (const int kerr = kernel_create_qp(pd, init, q)) {
       delete qp;
       errno = kerr;
       return nullptr;

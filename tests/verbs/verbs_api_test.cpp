@@ -262,7 +262,7 @@ TEST_F(VerbsTest, DeviceAndPortAttributes) {
   ASSERT_EQ(ibv_query_device(a.ctx, &d), 0);
   EXPECT_EQ(d.phys_port_cnt, 1);
   EXPECT_GE(d.max_qp_wr, 1024);
-  EXPECT_EQ(d.max_sge, 4);
+  EXPECT_EQ(d.max_sge, 8);
   EXPECT_EQ(d.atomic_cap, IBV_ATOMIC_HCA);
   EXPECT_EQ(d.max_qp_rd_atom, 16);
   EXPECT_EQ(d.node_guid, ibv_get_device_guid(a.ctx->device));
@@ -772,7 +772,7 @@ TEST_F(VerbsTest, CreateQpRejectsWhatIsNotSupported) {
     EXPECT_EQ(errno, EOPNOTSUPP);
   }
   attr.qp_type = IBV_QPT_RC;
-  attr.cap.max_send_sge = 5;
+  attr.cap.max_send_sge = 9;
   EXPECT_EQ(ibv_create_qp(a.pd, &attr), nullptr);
   EXPECT_EQ(errno, EINVAL);
   attr.cap.max_send_sge = 1;
@@ -828,7 +828,7 @@ TEST_F(VerbsTest, DeviceReportsSrqAndAddressHandles) {
   ASSERT_EQ(ibv_query_device(a.ctx, &d), 0);
   EXPECT_GT(d.max_srq, 0);
   EXPECT_GE(d.max_srq_wr, 4096);
-  EXPECT_EQ(d.max_srq_sge, 4);
+  EXPECT_EQ(d.max_srq_sge, 8);
   EXPECT_GT(d.max_ah, 0);
   EXPECT_TRUE(d.device_cap_flags & IBV_DEVICE_SRQ_RESIZE);
 }
