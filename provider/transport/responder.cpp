@@ -52,7 +52,7 @@ const RecvWr* QueuePair::receive_for(uint32_t index) {
 
 bool QueuePair::source_readable(const ChunkRef& ref) const {
   const OutboundMessage* m = find_message(ref);
-  if (!m || !m->uses_source_addr) return true;
+  if (!m || !m->uses_source_addr || m->length == 0) return true;  // an empty READ reads nothing
   const uint64_t offset = uint64_t{ref.chunk} * mtu();
   return endpoint_.memory().check_remote(m->source_rkey, pd_, m->source_addr + offset,
                                          chunk_payload_bytes(ref), kAccessRemoteRead) == AccessCheck::Ok;
@@ -92,16 +92,19 @@ Verdict QueuePair::check_new_inbound(const wire::Packet& p, InboundMessage& m) {
   m.read = p.read;
   m.atomic = p.atomic;
   const MemoryRegistry& memory = endpoint_.memory();
+  // A zero-length RDMA WRITE or READ touches no memory, so its R_Key and
+  // address are not checked (IB spec 9.7.4.1.6; UCX flushes with one whose
+  // rkey and address are 0).
   switch (h.opcode) {
     case wire::Opcode::Write:
     case wire::Opcode::WriteImm:
-      if (memory.check_remote(h.rkey, pd_, h.remote_addr, h.msg_length, kAccessRemoteWrite) !=
-          AccessCheck::Ok)
+      if (h.msg_length != 0 &&
+          memory.check_remote(h.rkey, pd_, h.remote_addr, h.msg_length, kAccessRemoteWrite) != AccessCheck::Ok)
         return Verdict::AccessError;
       break;
     case wire::Opcode::ReadRequest:
-      if (memory.check_remote(h.rkey, pd_, h.remote_addr, h.msg_length, kAccessRemoteRead) !=
-          AccessCheck::Ok)
+      if (h.msg_length != 0 &&
+          memory.check_remote(h.rkey, pd_, h.remote_addr, h.msg_length, kAccessRemoteRead) != AccessCheck::Ok)
         return Verdict::AccessError;
       break;
     case wire::Opcode::FetchAdd:

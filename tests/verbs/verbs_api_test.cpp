@@ -927,6 +927,26 @@ TEST_F(VerbsTest, SharedReceiveQueueFeedsSeveralRcQps) {
   EXPECT_EQ(ibv_destroy_srq(srq), 0);
 }
 
+// UCX flushes an RC QP with a zero-length RDMA WRITE whose rkey and address
+// are 0: no memory is touched, so none is checked (IB spec 9.7.4.1.6).
+TEST_F(VerbsTest, ZeroLengthRdmaChecksNoKey) {
+  pair();
+  for (const ibv_wr_opcode op : {IBV_WR_RDMA_WRITE, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE}) {
+    ibv_send_wr wr{};
+    wr.wr_id = op;
+    wr.opcode = op;
+    wr.num_sge = 0;
+    wr.wr.rdma.remote_addr = 0;
+    wr.wr.rdma.rkey = 0;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(qa, &wr, &bad), 0);
+    const auto sw = wait_wc(a.scq, 1);
+    ASSERT_EQ(sw.size(), 1u);
+    EXPECT_EQ(sw[0].status, IBV_WC_SUCCESS) << ibv_wc_status_str(sw[0].status);
+    EXPECT_EQ(sw[0].byte_len, 0u);
+  }
+}
+
 TEST_F(VerbsTest, QpThatFailsReportsQpFatal) {
   pair();
   Buffer& src = a.buffer(64);

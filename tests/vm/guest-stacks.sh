@@ -3,10 +3,9 @@
 # The software stacks users run, over the kernel device, inside the test VM
 # (tests/vm/vm-run.sh): two network namespaces joined by veth (1500-byte
 # MTU), mr0 on one end and mr1 on the other; Debian's ucx-utils: ucx_info
-# lists the devices, ucx_perftest runs over ud_verbs (tag_bw, am_lat)
-# without and with 1% nftables loss, beside UCX's tcp transport on the same
-# links. (rc_verbs is not here: its QPs still fail with REM_ACCESS_ERR at
-# their first operations over the kernel device; Open MPI is not here yet.)
+# lists the devices, ucx_perftest runs over rc_verbs (tag_bw, put_bw,
+# am_lat) and ud_verbs (tag_bw, am_lat) without and with 1% nftables loss,
+# beside UCX's tcp transport on the same links.
 # Prints PASS/FAIL lines and a results table; exits 0 only if all passed.
 # Under emulation the figures are functional, not performance.
 set -u
@@ -89,18 +88,64 @@ perftest() {
 }
 
 for pct in 0 1; do
+  perftest tag_bw rc_verbs $pct -t tag_bw -s 65536 -n 100
+  perftest put_bw rc_verbs $pct -t ucp_put_bw -s 65536 -n 100
+  perftest am_lat rc_verbs $pct -t ucp_am_lat -s 8 -n 300
   perftest tag_bw ud_verbs $pct -t tag_bw -s 65536 -n 100
   perftest am_lat ud_verbs $pct -t ucp_am_lat -s 8 -n 300
   perftest tag_bw tcp $pct -t tag_bw -s 65536 -n 100
 done
 loss 0
 
+# --- Open MPI over UCX -----------------------------------------------------------
+# mpirun in ns0 starts the second host's daemon through an "rsh" that enters
+# ns1 (and names that side's devices); rank 0 runs in ns0, rank 1 in ns1.
+MPI_CHECK=$MROCE_STAGE/bin/mpi_check
+AGENT=/tmp/netns-rsh
+cat >$AGENT <<'AGENT'
+#!/bin/sh
+host=$1; shift
+case $host in
+  10.0.0.2) exec ip netns exec ns1 env UCX_NET_DEVICES="$NS1_DEVICES" sh -c "$*" ;;
+  *) exec ip netns exec ns0 sh -c "$*" ;;
+esac
+AGENT
+chmod +x $AGENT
+declare -A MPI_RESULT
+# mpi TLS DEV0 DEV1 LOSS: the MPI program over UCX transports TLS.
+mpi() {
+  local tls=$1 dev0=$2 dev1=$3 pct=$4 log=/tmp/mpi.$1.$4
+  loss "$pct"
+  if ip netns exec ns0 env UCX_TLS="$tls" UCX_NET_DEVICES="$dev0" NS1_DEVICES="$dev1" timeout 600 \
+       mpirun --allow-run-as-root -np 2 --host 10.0.0.1,10.0.0.2 --mca plm_rsh_agent $AGENT \
+       --mca pml ucx --mca pml_ucx_devices any --mca pml_ucx_tls any --mca btl self \
+       "$MPI_CHECK" 200 32 64 >"$log" 2>&1 && grep -q '"verified":true' "$log"; then
+    MPI_RESULT[$tls,$pct]=$(grep -o '{.*}' "$log" | tail -1)
+    pass "MPI over UCX $tls, loss $pct%: ${MPI_RESULT[$tls,$pct]}"
+  else
+    fail "MPI over UCX $tls, loss $pct%"; tail -n 20 "$log" | sed 's/^/#   /'
+    MPI_RESULT[$tls,$pct]=fail
+  fi
+}
+if [ -x "$MPI_CHECK" ] && command -v mpirun >/dev/null; then
+  for pct in 0 1; do
+    mpi rc,self mr0:1 mr1:1 $pct
+    mpi tcp,self mra mrb $pct
+  done
+  loss 0
+else
+  echo "# no mpi_check or mpirun: Open MPI not tried"
+fi
+
 echo "# results (ucx_perftest Final: typical latency, average bandwidth; emulated, functional only)"
 printf '# %-8s %-9s %-24s %-24s\n' test tls "loss 0%" "loss 1%"
-for t in "tag_bw ud_verbs" "am_lat ud_verbs" "tag_bw tcp"; do
+for t in "tag_bw rc_verbs" "put_bw rc_verbs" "am_lat rc_verbs" "tag_bw ud_verbs" "am_lat ud_verbs" "tag_bw tcp"; do
   set -- $t
   printf '# %-8s %-9s %-24s %-24s\n' "$1" "$2" "${RESULT[$1,$2,0]:-}" "${RESULT[$1,$2,1]:-}"
 done
 
+for t in rc,self tcp,self; do
+  printf '# MPI %-9s loss 0%%: %s\n# MPI %-9s loss 1%%: %s\n' "$t" "${MPI_RESULT[$t,0]:-}" "$t" "${MPI_RESULT[$t,1]:-}"
+done
 echo "# passed $PASSED, failed $FAILED"
 [ "$FAILED" -eq 0 ]
