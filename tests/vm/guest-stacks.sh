@@ -5,39 +5,15 @@
 # MTU), mr0 on one end and mr1 on the other; Debian's ucx-utils: ucx_info
 # lists the devices, ucx_perftest runs over rc_verbs (tag_bw, put_bw,
 # am_lat) and ud_verbs (tag_bw, am_lat) without and with 1% nftables loss,
-# beside UCX's tcp transport on the same links.
+# beside UCX's tcp transport on the same links. Open MPI over the same
+# setup: guest-mpi.sh.
 # Prints PASS/FAIL lines and a results table; exits 0 only if all passed.
 # Under emulation the figures are functional, not performance.
 set -u
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 . "$(dirname "$0")/guest-lib.sh"
 
-echo "# guest: $(uname -r), $(nproc) CPUs"
-provider_dir=$(pkg-config --variable=libdir libibverbs 2>/dev/null)/libibverbs
-[ -d "$provider_dir" ] || provider_dir=/usr/lib/x86_64-linux-gnu/libibverbs
-cp "$MROCE_STAGE/provider/libmetaroce-rdmav34.so" "$provider_dir/"
-echo "driver metaroce" >/etc/libibverbs.d/metaroce.driver
-
-make_pair ns0 ns1 mra mrb 10.0.0
-check "rdma link add mr0 (ns0) and mr1 (ns1)" sh -c \
-  "ip netns exec ns0 rdma link add mr0 type metaroce netdev mra && ip netns exec ns1 rdma link add mr1 type metaroce netdev mrb"
-check "GID tables hold the addresses" wait_until 20 sh -c ". $(dirname "$0")/guest-lib.sh; gid_index mr0 10.0.0.1 && gid_index mr1 10.0.0.2"
-check "ibv_devinfo -d mr0: active MTU 1024 on the 1500-byte veth" sh -c \
-  "ip netns exec ns0 ibv_devinfo -d mr0 | grep -Eq 'active_mtu:[[:space:]]+1024 '"
-
-# loss PERCENT: random loss on both veth ends (nftables), 0 clears it.
-loss() {
-  local ns
-  for ns in ns0 ns1; do
-    ip netns exec $ns nft delete table inet mrloss 2>/dev/null || true
-    [ "$1" = 0 ] && continue
-    ip netns exec $ns nft -f - <<NFT
-table inet mrloss {
-  chain in { type filter hook input priority 0; policy accept; udp dport != 13337 numgen random mod 1000 < $(( $1 * 10 )) drop; }
-}
-NFT
-  done
-}
+. "$(dirname "$0")/guest-stacks-lib.sh"
 
 # --- UCX ---------------------------------------------------------------------
 check "ucx_info -d lists mr0:1 with rc_verbs and ud_verbs" sh -c \
@@ -97,46 +73,6 @@ for pct in 0 1; do
 done
 loss 0
 
-# --- Open MPI over UCX -----------------------------------------------------------
-# mpirun in ns0 starts the second host's daemon through an "rsh" that enters
-# ns1 (and names that side's devices); rank 0 runs in ns0, rank 1 in ns1.
-MPI_CHECK=$MROCE_STAGE/bin/mpi_check
-AGENT=/tmp/netns-rsh
-cat >$AGENT <<'AGENT'
-#!/bin/sh
-host=$1; shift
-case $host in
-  10.0.0.2) exec ip netns exec ns1 env UCX_NET_DEVICES="$NS1_DEVICES" sh -c "$*" ;;
-  *) exec ip netns exec ns0 sh -c "$*" ;;
-esac
-AGENT
-chmod +x $AGENT
-declare -A MPI_RESULT
-# mpi TLS DEV0 DEV1 LOSS: the MPI program over UCX transports TLS.
-mpi() {
-  local tls=$1 dev0=$2 dev1=$3 pct=$4 log=/tmp/mpi.$1.$4
-  loss "$pct"
-  if ip netns exec ns0 env UCX_TLS="$tls" UCX_NET_DEVICES="$dev0" NS1_DEVICES="$dev1" timeout 600 \
-       mpirun --allow-run-as-root -np 2 --host 10.0.0.1,10.0.0.2 --mca plm_rsh_agent $AGENT \
-       --mca pml ucx --mca pml_ucx_devices any --mca pml_ucx_tls any --mca btl self \
-       "$MPI_CHECK" 200 32 64 >"$log" 2>&1 && grep -q '"verified":true' "$log"; then
-    MPI_RESULT[$tls,$pct]=$(grep -o '{.*}' "$log" | tail -1)
-    pass "MPI over UCX $tls, loss $pct%: ${MPI_RESULT[$tls,$pct]}"
-  else
-    fail "MPI over UCX $tls, loss $pct%"; tail -n 20 "$log" | sed 's/^/#   /'
-    MPI_RESULT[$tls,$pct]=fail
-  fi
-}
-if [ -x "$MPI_CHECK" ] && command -v mpirun >/dev/null; then
-  for pct in 0 1; do
-    mpi rc,self mr0:1 mr1:1 $pct
-    mpi tcp,self mra mrb $pct
-  done
-  loss 0
-else
-  echo "# no mpi_check or mpirun: Open MPI not tried"
-fi
-
 echo "# results (ucx_perftest Final: typical latency, average bandwidth; emulated, functional only)"
 printf '# %-8s %-9s %-24s %-24s\n' test tls "loss 0%" "loss 1%"
 for t in "tag_bw rc_verbs" "put_bw rc_verbs" "am_lat rc_verbs" "tag_bw ud_verbs" "am_lat ud_verbs" "tag_bw tcp"; do
@@ -144,8 +80,5 @@ for t in "tag_bw rc_verbs" "put_bw rc_verbs" "am_lat rc_verbs" "tag_bw ud_verbs"
   printf '# %-8s %-9s %-24s %-24s\n' "$1" "$2" "${RESULT[$1,$2,0]:-}" "${RESULT[$1,$2,1]:-}"
 done
 
-for t in rc,self tcp,self; do
-  printf '# MPI %-9s loss 0%%: %s\n# MPI %-9s loss 1%%: %s\n' "$t" "${MPI_RESULT[$t,0]:-}" "$t" "${MPI_RESULT[$t,1]:-}"
-done
 echo "# passed $PASSED, failed $FAILED"
 [ "$FAILED" -eq 0 ]
