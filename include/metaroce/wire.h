@@ -62,6 +62,7 @@ enum class NakKind : uint8_t {
   RemoteAccess = 2,      // bad rkey, bounds or access rights
   InvalidRequest = 3,    // malformed or unsupported request for this QP
   Sequence = 4,          // rocev2 profile only: first gap in the path's sequence
+  RemoteOperational = 5, // the responder could not use the receive WQE (e.g. a bad lkey)
 };
 
 // ---------------------------------------------------------------------------
@@ -73,7 +74,8 @@ struct [[gnu::packed]] CommonHeaderWire {
   uint16_t path_id;    // sender's path index (its UDP source-port slot)
   uint16_t home_port;  // sender's home UDP port: with the source IP it names the
                        // sending endpoint, whatever source port the path uses
-  uint16_t reserved;   // zero on send, ignored on receive
+  uint16_t heard_paths;  // bit i: the sender recently received packets that the
+                         // receiver sent from its path i (i < 16); 0 = no news
 };
 static_assert(sizeof(CommonHeaderWire) == 8);
 
@@ -191,17 +193,24 @@ static_assert(kMaxAckBytes <= 1024);
 // ---------------------------------------------------------------------------
 // Decoded, host-order forms.
 
+// Paths whose reverse direction heard_paths can report.
+inline constexpr uint16_t kHeardPathBits = 16;
+
 struct CommonHeader {
   PacketType type = PacketType::Data;
   uint16_t path_id = 0;
   uint16_t home_port = 0;
+  uint16_t heard_paths = 0;
 };
 
-// Who sends a datagram: the path it leaves on and the sender's home port.
+// Who sends a datagram: the path it leaves on, the sender's home port, and
+// which of the receiver's paths the sender hears.
 struct Origin {
-  Origin(uint16_t path, uint16_t port = 0) : path_id(path), home_port(port) {}  // NOLINT: implicit by design
+  Origin(uint16_t path, uint16_t port = 0, uint16_t heard = 0)  // NOLINT: implicit by design
+      : path_id(path), home_port(port), heard_paths(heard) {}
   uint16_t path_id;
   uint16_t home_port;
+  uint16_t heard_paths;
 };
 
 struct DataHeader {

@@ -38,6 +38,11 @@ void QueuePair::to_reset() {
   recv_consumed_ = 0;
   completed_msn_ = 0;
   reads_atomics_in_flight_ = 0;
+  retry_at_ = kNever;
+  retries_ = 0;
+  fatal_.reset();
+  fatal_naked_attempt_ = -1;
+  abandoned_.clear();
   state_ = QpState::Reset;
 }
 

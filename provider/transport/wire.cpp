@@ -43,7 +43,7 @@ void store_common(std::span<uint8_t> out, PacketType type, Origin origin) {
   w.type = static_cast<uint8_t>(type);
   w.path_id = to_be(origin.path_id);
   w.home_port = to_be(origin.home_port);
-  w.reserved = 0;
+  w.heard_paths = to_be(origin.heard_paths);
   store(out, 0, w);
 }
 
@@ -184,7 +184,7 @@ DecodeStatus decode_nak(std::span<const uint8_t> in, Packet& out) {
   if (in.size() > kSize) return DecodeStatus::TrailingBytes;
   const auto w = load<NakWire>(in, kCommonHeaderBytes);
   if (w.kind < static_cast<uint8_t>(NakKind::ReceiverNotReady) ||
-      w.kind > static_cast<uint8_t>(NakKind::Sequence)) {
+      w.kind > static_cast<uint8_t>(NakKind::RemoteOperational)) {
     return DecodeStatus::BadNakKind;
   }
   Nak& n = out.nak;
@@ -294,6 +294,7 @@ DecodeStatus decode(std::span<const uint8_t> datagram, Packet& out) {
   out.common.type = static_cast<PacketType>(c.type);
   out.common.path_id = from_be16(c.path_id);
   out.common.home_port = from_be16(c.home_port);
+  out.common.heard_paths = from_be16(c.heard_paths);
   if (out.common.path_id >= kMaxPaths) return DecodeStatus::BadPath;
 
   switch (out.common.type) {

@@ -1190,7 +1190,7 @@ size_t World::build_ack(Reader& r, Side& to, std::span<uint8_t> out) {
 size_t World::build_nak(Reader& r, Side& to, std::span<uint8_t> out) {
   wire::Nak nak;
   const uint8_t sel = r.u8();
-  nak.kind = static_cast<wire::NakKind>(1 + sel % 4);
+  nak.kind = static_cast<wire::NakKind>(1 + sel % 5);
   nak.attempt = static_cast<uint8_t>((sel >> 2) & 3);
   const int qp = (sel >> 4) & 1;
   nak.qpn = (sel & 0x80) ? r.u32() : (sel & 0x40) ? to.qpn[qp] + 2 : to.qpn[qp];

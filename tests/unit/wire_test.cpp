@@ -391,7 +391,7 @@ TEST(WireRoundTrip, AckEveryCountCombination) {
 
 TEST(WireRoundTrip, NakEveryKind) {
   for (NakKind kind : {NakKind::ReceiverNotReady, NakKind::RemoteAccess,
-                       NakKind::InvalidRequest, NakKind::Sequence}) {
+                       NakKind::InvalidRequest, NakKind::Sequence, NakKind::RemoteOperational}) {
     for (bool extreme : {false, true}) {
       Nak nak;
       nak.kind = kind;
@@ -445,7 +445,7 @@ TEST(WireGolden, WriteImmDataPacket) {
   h.rkey = 0x2C2D2E2F;
   h.imm = 0x30313233;
   const Bytes payload = {0xDE, 0xAD, 0xBE};
-  const Bytes got = make_data({0x0025, 0x12B8}, h, nullptr, nullptr, nullptr, payload);
+  const Bytes got = make_data({0x0025, 0x12B8, 0xA05C}, h, nullptr, nullptr, nullptr, payload);
 
   const Bytes want = {
       // common header
@@ -453,7 +453,7 @@ TEST(WireGolden, WriteImmDataPacket) {
       0x01,                    //  1 type = Data
       0x00, 0x25,              //  2 path_id
       0x12, 0xB8,              //  4 home_port (4792)
-      0x00, 0x00,              //  6 reserved
+      0xA0, 0x5C,              //  6 heard_paths
       // data header
       0x03, 0x04, 0x05, 0x06,  //  8 path_seq
       0x03,                    // 12 opcode = WRITE_IMM
@@ -478,6 +478,7 @@ TEST(WireGolden, WriteImmDataPacket) {
   expect_data_eq(p.data, h);
   EXPECT_EQ(p.common.path_id, 0x25);
   EXPECT_EQ(p.common.home_port, 4792);
+  EXPECT_EQ(p.common.heard_paths, 0xA05C);
   EXPECT_EQ(peek_home_port(want), std::optional<uint16_t>(4792));
   EXPECT_EQ(peek_home_port(Bytes(want.begin(), want.begin() + 7)), std::nullopt);
   EXPECT_EQ(Bytes(p.payload.begin(), p.payload.end()), payload);
@@ -884,7 +885,7 @@ TEST(WireErrors, BadLengthAtomicsAndRead) {
 
 TEST(WireErrors, BadNakKind) {
   Packet p;
-  for (uint8_t k : {0, 5, 0xFF}) {
+  for (uint8_t k : {0, 6, 0xFF}) {
     Bytes b = make_nak(0, Nak{});
     b[8] = k;
     EXPECT_EQ(decode_all(b, p), DecodeStatus::BadNakKind) << int{k};
