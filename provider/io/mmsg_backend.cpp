@@ -119,6 +119,7 @@ class MmsgBackend final : public IoBackend {
       // engine recovers it as a loss.
       const uint16_t segments = batch.info(next).segments;
       counters_.send_errors += segments;
+      if (err == EMSGSIZE) counters_.oversize_drops += segments;
       if (segments > 1 && (err == EIO || err == EINVAL)) gso_ = false;
       ++next;
     }

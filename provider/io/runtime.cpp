@@ -44,6 +44,7 @@
 #include "io_backend.h"
 #include "metaroce/wire.h"
 #include "peer_table.h"
+#include "ud_queue_pair.h"
 #include "udp_socket.h"
 
 namespace metaroce::io {
@@ -149,7 +150,7 @@ class RuntimeImpl final : public Runtime {
     std::atomic<bool> gso{false};
     std::atomic<uint64_t> datagrams_sent{0}, datagrams_received{0}, send_syscalls{0}, receive_syscalls{0},
         test_drops{0}, unknown_sender_drops{0}, send_errors{0}, progress_wakeups{0}, gso_sends{0},
-        gro_receives{0}, truncated_drops{0};
+        gro_receives{0}, truncated_drops{0}, oversize_drops{0};
   };
 
   bool open_home_socket(std::string& error);
@@ -172,6 +173,7 @@ class RuntimeImpl final : public Runtime {
   std::atomic<uint64_t> sockets_version_{0};
   Fd event_fd_;
   sockaddr_storage local_{};
+  transport::Gid local_gid_{};  // local_ as a GID, the destination of every UD datagram
   uint16_t home_port_ = 0;
   bool gro_ = false;
   bool gso_ = false;
@@ -298,6 +300,8 @@ bool RuntimeImpl::start(std::string& error) {
   }
   if (!open_home_socket(error)) return false;
   peers_ = std::make_unique<PeerTable>(local_.ss_family);
+  PeerKey local_key;
+  if (make_peer_key(local_, 0, local_key)) local_gid_ = local_key.ip;
 
   transport::EndpointConfig config = options_.endpoint;
   config.home_port = home_port_;
@@ -467,6 +471,12 @@ void RuntimeImpl::deliver(const RxMessage& message, transport::Time now) {
       ++counters_.test_drops;
       continue;
     }
+    // UD belongs to no connection: any source may send it, and its
+    // addresses become the receive's GRH.
+    if (addressable && wire::peek_type(datagram) == wire::PacketType::UdSend) {
+      engine_->on_ud_datagram({key.ip, local_gid_}, datagram);
+      continue;
+    }
     transport::PeerId peer = 0;
     if (addressable) {
       if (const std::optional<uint16_t> port = wire::peek_home_port(datagram)) {
@@ -490,6 +500,12 @@ void RuntimeImpl::publish(const IoBackend& io) {
   shared_.send_syscalls.store(b.send_syscalls, relaxed);
   shared_.receive_syscalls.store(b.receive_syscalls, relaxed);
   shared_.send_errors.store(b.send_errors + counters_.unroutable, relaxed);
+  if (b.oversize_drops != 0 && shared_.oversize_drops.exchange(b.oversize_drops, relaxed) == 0) {
+    std::fprintf(stderr,
+                 "metaroce: the kernel refused a datagram of up to %zu bytes from %s as larger than the path MTU "
+                 "(IP fragmentation is never used); such datagrams are counted in oversize_drops\n",
+                 max_datagram_, options_.local_address.c_str());
+  }
   shared_.gso_sends.store(b.gso_sends, relaxed);
   shared_.datagrams_received.store(counters_.datagrams_received, relaxed);
   shared_.test_drops.store(counters_.test_drops, relaxed);
@@ -516,6 +532,7 @@ RuntimeStats RuntimeImpl::stats() const {
   s.gso_sends = shared_.gso_sends.load(relaxed);
   s.gro_receives = shared_.gro_receives.load(relaxed);
   s.truncated_drops = shared_.truncated_drops.load(relaxed);
+  s.oversize_drops = shared_.oversize_drops.load(relaxed);
   return s;
 }
 

@@ -77,6 +77,9 @@ struct RuntimeStats {
   uint64_t gso_sends = 0;        // sends that carried several datagrams (UDP_SEGMENT)
   uint64_t gro_receives = 0;     // receives that delivered several datagrams (UDP_GRO)
   uint64_t truncated_drops = 0;  // datagrams larger than the receive buffer (never the engine's)
+  // Datagrams the kernel refused as larger than the path MTU (they would
+  // need IP fragmentation, which the runtime never allows): a bug, logged once.
+  uint64_t oversize_drops = 0;
 };
 
 class Runtime {

@@ -400,6 +400,7 @@ class UringBackend final : public IoBackend {
           if (info.segments > 1) ++counters_.gso_sends;
         } else {
           counters_.send_errors += info.segments;
+          if (result == -EMSGSIZE) counters_.oversize_drops += info.segments;
           if (info.segments > 1 && (result == -EIO || result == -EINVAL)) gso_ = false;
         }
         return;

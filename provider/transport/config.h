@@ -77,6 +77,10 @@ struct QpConfig {
   // request this QP sends has msn sq_psn; the first it accepts, rq_psn.
   uint32_t sq_psn = 1;
   uint32_t rq_psn = 1;
+  // Payload bytes per data packet of this QP (verbs: a path_mtu below the
+  // port's active MTU); 0, or anything above the endpoint's mtu, means the
+  // endpoint's. Both ends of a connection must agree, as with path_mtu.
+  uint32_t mtu = 0;
 };
 
 }  // namespace metaroce::transport

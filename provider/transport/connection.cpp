@@ -148,6 +148,7 @@ void Connection::on_packet(Time now, const wire::Packet& packet, bool ce_marked)
       break;
     }
     case wire::PacketType::ProbeReply: on_probe_reply(now, packet); break;
+    case wire::PacketType::UdSend: break;  // never part of a connection (Endpoint::on_ud_datagram)
   }
 }
 

@@ -27,10 +27,16 @@ struct EndpointCounters {
   uint64_t rx_drop_rnr = 0;              // SEND without a posted receive (NAK RNR sent)
   uint64_t rx_drop_out_of_order = 0;     // rocev2 profile: dropped after a gap
   uint64_t rx_drop_stale_response = 0;   // response for no outstanding request
+  uint64_t rx_drop_ud_unknown_qp = 0;    // UD datagram for no UD QP in RTR/RTS
+  uint64_t rx_drop_ud_qkey = 0;          // UD datagram with another Q_Key than its QP's
+  uint64_t rx_drop_ud_no_receive = 0;    // UD datagram that found no posted receive
+  uint64_t rx_drop_ud_too_long = 0;      // UD message larger than the receive buffer (after its GRH)
+  uint64_t rx_ud_delivered = 0;          // UD datagrams placed in a receive
   uint64_t rx_duplicate_completed = 0;   // packet of an already completed message: ACKed, discarded
   uint64_t rx_duplicate_chunk = 0;       // chunk already placed
   uint64_t rx_acks = 0;
   uint64_t rx_naks = 0;
+  uint64_t tx_ud_datagrams = 0;
   uint64_t tx_data_packets = 0;
   uint64_t tx_data_bytes = 0;            // payload bytes, including retransmissions
   uint64_t tx_retransmits = 0;

@@ -392,6 +392,7 @@ void DaemonClient::report() {
   counters["io_datagrams_sent"] = io.datagrams_sent;
   counters["io_datagrams_received"] = io.datagrams_received;
   counters["io_send_errors"] = io.send_errors;
+  counters["io_oversize_drops"] = io.oversize_drops;
   m["counters"] = std::move(counters);
   nlohmann::json connections = nlohmann::json::array();
   for (const auto& [peer, snaps] : conns) {
