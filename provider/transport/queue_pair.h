@@ -159,7 +159,9 @@ class QueuePair {
   std::optional<RequestFailure> place_request_chunk(const wire::Packet& packet, InboundMessage& message,
                                                     uint32_t chunk);
   Verdict on_duplicate_request(const wire::Packet& packet);
-  Verdict fail_request(InboundMessage& message, const RequestFailure& failure, const wire::Packet& packet);
+  // `failure` is taken by value: advancing the stream may flush the QP and
+  // free `message` (and the failure stored in it).
+  Verdict fail_request(InboundMessage& message, RequestFailure failure, const wire::Packet& packet);
   void fail_responder(uint32_t msn, const InboundMessage& message);
   void advance_responder();
   void execute_read(uint32_t msn, const InboundMessage& message);

@@ -111,7 +111,7 @@ bool QueuePair::nak_due(int& naked_attempt, const wire::Packet& p) {
   return true;
 }
 
-Verdict QueuePair::fail_request(InboundMessage& m, const RequestFailure& failure, const wire::Packet& p) {
+Verdict QueuePair::fail_request(InboundMessage& m, RequestFailure failure, const wire::Packet& p) {
   m.failure = failure;
   if (nak_due(m.naked_attempt, p)) nak(failure.nak, p);
   // The stream goes to the error state when it reaches the message.
