@@ -151,6 +151,7 @@ class QueuePair {
   OutboundMessage* find_message(const ChunkRef& ref);
   // Fills message from the first packet; ReceiverNotReady, or Placed with
   // message.failure set when the request cannot be carried out.
+  uint32_t rd_atomic_outstanding() const;
   Verdict check_new_inbound(const wire::Packet& packet, InboundMessage& message);
   // The receive WQE that stream receive ordinal `index` uses: the QP's own
   // posted receives in order, or, with an SRQ, WQEs taken from it for the
