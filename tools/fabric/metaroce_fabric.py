@@ -36,6 +36,9 @@ HASH_FIELDS = "0x37"  # src ip, dst ip, ip proto, src port, dst port
 SOCKBUF_MAX = 67108864  # net.core.{r,w}mem_max raised to at least this (64 MiB)
 MAX_HOSTS = 100
 MAX_PATHS = 32
+ETHERNET_MTU = 1500
+JUMBO_MTU = 9000
+MIN_MTU = 1280
 LOCK_TIMEOUT_S = 60
 
 
@@ -349,40 +352,42 @@ class Fabric:
         return st
 
     # --- up / down ---
-    def up(self, hosts=2, paths=4, seed=DEFAULT_SEED):
-        """Builds the fabric (idempotent: the same shape already up only has its
-        impairments cleared). Returns the message to print."""
+    def up(self, hosts=2, paths=4, seed=DEFAULT_SEED, mtu=ETHERNET_MTU):
+        """Builds the fabric with links of that MTU (idempotent: the same shape
+        already up only has its impairments cleared). Returns the message to print."""
         if not (is_uint(hosts) and 2 <= int(hosts) <= MAX_HOSTS):
             raise FabricError(f"--hosts must be 2..{MAX_HOSTS}")
         if not (is_uint(paths) and 1 <= int(paths) <= MAX_PATHS):
             raise FabricError(f"--paths must be 1..{MAX_PATHS}")
         if not (is_uint(seed) and 1 <= int(seed) <= 4294967295):
             raise FabricError("--seed must be 1..4294967295")
-        hosts, paths, seed = int(hosts), int(paths), int(seed)
+        if not (is_uint(mtu) and MIN_MTU <= int(mtu) <= JUMBO_MTU):
+            raise FabricError(f"--mtu must be {MIN_MTU}..{JUMBO_MTU}")
+        hosts, paths, seed, mtu = int(hosts), int(paths), int(seed), int(mtu)
         require_root()
         with _fabric_lock():
             STATE_DIR.mkdir(parents=True, exist_ok=True)
             st = self.load_state()
             if (st and st["hosts"] == str(hosts) and st["paths"] == str(paths) and st.get("seed") == str(seed)
-                    and self._healthy(hosts, paths)):
+                    and st.get("mtu", str(ETHERNET_MTU)) == str(mtu) and self._healthy(hosts, paths)):
                 for k in range(paths):
                     _record_path(st, k, **_CLEAR)
                     self._apply_path(st, k)
                 self._save_state(st)
-                return f"fabric '{self.prefix}' already up ({hosts} hosts, {paths} paths); impairments cleared"
+                return f"fabric '{self.prefix}' already up ({hosts} hosts, {paths} paths, MTU {mtu}); impairments cleared"
             self._teardown()
             _save_and_raise_sysctls()
-            st = {"hosts": str(hosts), "paths": str(paths), "seed": str(seed)}
+            st = {"hosts": str(hosts), "paths": str(paths), "seed": str(seed), "mtu": str(mtu)}
             for k in range(paths):
                 _record_path(st, k, **_CLEAR)
             self._save_state(st)  # first, so that a failed build can still be torn down
             try:
-                self._build(hosts, paths, seed)
+                self._build(hosts, paths, seed, mtu)
             except (FabricError, OSError):
                 self._teardown()
                 _restore_sysctls_if_last()
                 raise FabricError("up failed; partial fabric removed") from None
-            return f"fabric '{self.prefix}' up: {hosts} hosts, {paths} paths"
+            return f"fabric '{self.prefix}' up: {hosts} hosts, {paths} paths, MTU {mtu}"
 
     def down(self, all_prefixes=False):
         require_root()
@@ -414,7 +419,7 @@ class Fabric:
         return (_quiet(["ip", "-n", self.left_ns, "link", "show", f"p{paths - 1}"])
                 and not _quiet(["ip", "-n", self.left_ns, "link", "show", f"p{paths}"]))
 
-    def _build(self, hosts, paths, seed):
+    def _build(self, hosts, paths, seed, mtu):
         left, right = self.left_ns, self.right_ns
         for sw in (left, right):
             _run(["ip", "netns", "add", sw])
@@ -426,10 +431,11 @@ class Fabric:
             _ns_sysctls(self.host_ns(i), _HOST_SYSCTLS)
 
         # The K paths (p<k> in both switches) and every host's link to its switch.
-        links = [f"link add p{k} netns {left} address {path_mac_left(k)} type veth "
-                 f"peer name p{k} netns {right} address {path_mac_right(k)}" for k in range(paths)]
-        links += [f"link add eth0 netns {self.host_ns(i)} address {host_mac(i)} type veth "
-                  f"peer name h{i} netns {self.switch_ns(i)} address {host_gw_mac(i)}" for i in range(hosts)]
+        links = [f"link add p{k} netns {left} address {path_mac_left(k)} mtu {mtu} type veth "
+                 f"peer name p{k} netns {right} address {path_mac_right(k)} mtu {mtu}" for k in range(paths)]
+        links += [f"link add eth0 netns {self.host_ns(i)} address {host_mac(i)} mtu {mtu} type veth "
+                  f"peer name h{i} netns {self.switch_ns(i)} address {host_gw_mac(i)} mtu {mtu}"
+                  for i in range(hosts)]
         _ip_batch(links)
 
         switch_cmds = {left: [], right: []}
@@ -638,6 +644,8 @@ class Fabric:
 
         return {
             "prefix": self.prefix, "up": True, "hosts_count": hosts, "paths_count": paths,
+            "mtu": int(st.get("mtu", ETHERNET_MTU)),
+            "fragments": nft["L"].get("fragments", (0, 0))[0] + nft["R"].get("fragments", (0, 0))[0],
             "hash": {"policy": HASH_POLICY, "fields": HASH_FIELDS, "seed": int(st["seed"])},
             "switches": {"left": self.left_ns, "right": self.right_ns},
             "hosts": [{"index": i, "name": f"h{i}", "netns": self.host_ns(i), "dev": "eth0", "ip": host_ip(i),
@@ -660,10 +668,12 @@ def _record_path(st, k, loss=None, bh=None, rate=None, exempt=None):
 
 def _nft_base_ruleset(paths):
     lines = [f"table inet {NFT_TABLE} {{"]
+    lines.append("  counter fragments { }")  # IPv4 fragments crossing the switch: MetaRoCE never relies on them
     for k in range(paths):
         lines += [f"  counter tx_p{k} {{ }}", f"  counter loss_p{k} {{ }}", f"  counter bh_p{k} {{ }}",
                   f"  chain imp_p{k} {{ }}"]
-    lines += ["  chain forward {", "    type filter hook forward priority filter; policy accept;"]
+    lines += ["  chain forward {", "    type filter hook forward priority filter; policy accept;",
+              '    ip frag-off & 0x3fff != 0 counter name "fragments"']
     lines += [f'    oifname "p{k}" counter name "tx_p{k}" jump imp_p{k}' for k in range(paths)]
     lines += ["  }", "}"]
     return "\n".join(lines) + "\n"
