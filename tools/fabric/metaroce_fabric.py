@@ -21,6 +21,7 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 from contextlib import contextmanager
@@ -164,7 +165,7 @@ def check_prefix(prefix):
 def require_root():
     if os.geteuid() != 0:
         raise NotRoot("must be run as root (it creates network namespaces); refusing")
-    if subprocess.run(["sh", "-c", "command -v ip"], stdout=subprocess.DEVNULL).returncode != 0:
+    if not shutil.which("ip"):
         raise FabricError("ip (iproute2) not found")
 
 
