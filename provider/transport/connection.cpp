@@ -27,6 +27,13 @@ constexpr uint32_t kMinRateHintMbps = 10;
 // NAKs and probe replies waiting to be sent, at most.
 constexpr size_t kMaxControlPackets = 256;
 
+// rocev2 profile: a data packet to this QP number (IB's reserved QP0, never
+// an RC QP) only fills its PSN. The sender resends one in go-back-N where
+// the packet first sent there can no longer be built (its QP was destroyed,
+// its READ response is gone): without it the PSN would stay a hole that
+// stops every QP of the connection.
+constexpr uint32_t kPsnFillerQpn = 0;
+
 bool seq_after(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) > 0; }
 
 Time ceil_ns(double ns) { return ns <= 0 ? 0 : static_cast<Time>(std::ceil(ns)); }
@@ -167,8 +174,9 @@ void Connection::on_packet(Time now, const wire::Packet& packet, bool ce_marked)
 void Connection::on_data(Time now, const wire::Packet& p, bool ce_marked) {
   EndpointCounters& counters = endpoint_.counters_;
   const wire::DataHeader& h = p.data;
-  QueuePair* qp = attached_qp(h.dst_qpn);
-  if (!qp || qp->remote_qpn() != h.src_qpn) {
+  const bool psn_filler = rocev2() && h.dst_qpn == kPsnFillerQpn;
+  QueuePair* qp = psn_filler ? nullptr : attached_qp(h.dst_qpn);
+  if (!psn_filler && (!qp || qp->remote_qpn() != h.src_qpn)) {
     ++counters.rx_drop_unknown_qp;
     return;
   }
@@ -192,7 +200,7 @@ void Connection::on_data(Time now, const wire::Packet& p, bool ce_marked) {
           wire::Nak nak;
           nak.kind = wire::NakKind::Sequence;
           nak.data_path_id = 0;
-          nak.qpn = qp->remote_qpn();
+          nak.qpn = qp ? qp->remote_qpn() : kPsnFillerQpn;
           nak.msn = h.msn;
           nak.expected_seq = in_order_.expected();
           queue_nak(0, nak);
@@ -205,7 +213,9 @@ void Connection::on_data(Time now, const wire::Packet& p, bool ce_marked) {
     ++counters.rx_drop_path_jump;
     return;
   }
-  const Verdict verdict = wire::is_request(h.opcode) ? qp->on_request(p) : qp->on_response(now, p);
+  const Verdict verdict = psn_filler                   ? Verdict::Placed
+                          : wire::is_request(h.opcode) ? qp->on_request(p)
+                                                       : qp->on_response(now, p);
   // The rocev2 PSN advances only for a packet the QP did not refuse outright.
   if (rocev2() && verdict != Verdict::OutOfWindow && verdict != Verdict::QpNotReady) in_order_.record(h.path_seq);
   switch (verdict) {
@@ -685,9 +695,19 @@ size_t Connection::send_rewind(Time now, SendPath& path, std::span<uint8_t> out)
     ++path.rewind_seq;
     QueuePair* qp = attached_qp(record.ref.qpn);
     if (qp && !qp->source_readable(record.ref)) qp->abandon_source(record.ref);
-    const size_t length = qp ? qp->build_packet(record.ref, origin(0), path.rewind_seq - 1, wire::kFlagRetransmit, out) : 0;
-    if (length == 0) continue;
-    if (!record.ref.response) qp->on_request_sent(now);
+    size_t length = qp ? qp->build_packet(record.ref, origin(0), path.rewind_seq - 1, wire::kFlagRetransmit, out) : 0;
+    if (length == 0) {
+      wire::DataHeader filler;
+      filler.opcode = wire::Opcode::Write;
+      filler.dst_qpn = kPsnFillerQpn;
+      filler.path_seq = path.rewind_seq - 1;
+      filler.flags = wire::kFlagRetransmit;
+      length = wire::encode_data(out, origin(0), filler, nullptr, nullptr, nullptr, 0);
+      if (length == 0) continue;
+      ++endpoint_.counters_.tx_psn_fillers;
+    } else if (!record.ref.response) {
+      qp->on_request_sent(now);
+    }
     record.sent = now;
     if (record.state != TxRecord::State::InFlight) {
       record.state = TxRecord::State::InFlight;

@@ -62,7 +62,8 @@ namespace metaroce::transport {
   X(rx_ignored_rate_hint) /* receiver rate hint below 10 Mb/s */ \
   X(rx_drop_path_jump) /* path_seq implausibly far beyond the path's highest */ \
   X(rd_atomic_limit_refusals) /* READ/atomic beyond max_dest_rd_atomic (also an rx_drop_bad_request) */ \
-  X(tx_control_dropped) /* NAK or probe reply not queued: the control queue was full */
+  X(tx_control_dropped) /* NAK or probe reply not queued: the control queue was full */ \
+  X(tx_psn_fillers) /* rocev2 profile: go-back-N sent a PSN filler for a packet it could not rebuild */
 
 struct EndpointCounters {
 #define METAROCE_COUNTER_FIELD(name) uint64_t name = 0;

@@ -36,6 +36,7 @@ class VerbsSemantics : public ::testing::Test {
  protected:
   void make(double loss, double duplicate = 0, const QpConfig& config = {}, size_t bytes = 4 << 20) {
     RigSpec spec;
+    spec.endpoint.profile = profile_;
     spec.loss = loss;
     spec.duplicate = duplicate;
     spec.seed = 11;
@@ -75,6 +76,7 @@ class VerbsSemantics : public ::testing::Test {
     return wr;
   }
 
+  transport::Profile profile_ = transport::Profile::MetaRoCE;
   std::unique_ptr<TwoHostRig> rig_;
   QpPair qp_;
   std::vector<uint8_t> abuf_, bbuf_;
@@ -440,6 +442,26 @@ TEST_F(VerbsSemantics, VerbsTimeoutBoundsTheTimeToNoticeADeadPeer) {
   EXPECT_EQ(done[0].status, WcStatus::RetryExceeded);
   EXPECT_GE(rig_->sim().now(), 4 * config.timeout_ns);
   EXPECT_LT(rig_->sim().now(), 4 * config.timeout_ns + config.timeout_ns / 2);
+}
+
+TEST_F(VerbsSemantics, RoceV2GoBackNSurvivesAQpDestroyedWithPacketsInFlight) {
+  // The rocev2 profile numbers packets per connection: a QP destroyed while
+  // its packets await a go-back-N resend must not leave a PSN hole that
+  // stops every other QP of the connection.
+  profile_ = transport::Profile::RoCEv2;
+  make(0.05, 0, {}, 16 << 20);
+  const QpPair doomed = rig_->connect_qps({}, kPd);
+  for (uint64_t i = 0; i < 64; ++i)
+    ASSERT_EQ(a().post_send(doomed.qp_a, write(i, i * 65'536, 65'536, i * 65'536)), PostResult::Ok);
+  rig_->sim().wake(rig_->node_a());
+  rig_->sim().run_until([&] { return a().cq_depth(doomed.cq_a) >= 4; }, rig_->sim().now() + 50'000'000);
+  ASSERT_EQ(a().destroy_qp(doomed.qp_a), PostResult::Ok);
+  for (uint64_t i = 0; i < 16; ++i)
+    ASSERT_EQ(a().post_send(qp_.qp_a, write(100 + i, (8 << 20) + i * 65'536, 65'536, (8 << 20) + i * 65'536)),
+              PostResult::Ok);
+  const auto done = wait(a(), qp_.cq_a, 16, 2'000'000'000);
+  ASSERT_EQ(done.size(), 16u);
+  for (const Completion& c : done) EXPECT_EQ(c.status, WcStatus::Success);
 }
 
 TEST_F(VerbsSemantics, RetryStateIsPerQueuePair) {
