@@ -362,8 +362,11 @@ int main(int argc, char** argv) {
   CLI::App app{"The MetaRoCE endpoint under test for metaroce-compliance, with its side channel"};
   std::string address = "127.0.0.1";
   uint16_t control_port = 0;
+  uint32_t mtu = 0;
   app.add_option("--address", address, "local IPv4 or IPv6 address of the endpoint and its side channel");
   app.add_option("--control-port", control_port, "TCP port of the side channel (0: any)");
+  app.add_option("--mtu", mtu, "payload bytes per data packet (default: the engine's); must fit the path MTU")
+      ->check(CLI::Range(256u, 65000u));
   CLI11_PARSE(app, argc, argv);
 
   io::RuntimeOptions options;
@@ -372,6 +375,7 @@ int main(int argc, char** argv) {
   options.endpoint.cc.target_queue_delay_ns = 1'000'000;
   options.endpoint.ack_delay_ns = 10'000;
   options.endpoint.min_rto_ns = 4'000'000;
+  if (mtu) options.endpoint.mtu = mtu;
   std::string error;
   std::unique_ptr<io::Runtime> runtime = io::Runtime::create(options, error);
   if (!runtime) {
@@ -395,7 +399,7 @@ int main(int argc, char** argv) {
     std::string why;
     const std::optional<compliance::control::Request> request = compliance::control::parse_request(*line, why);
     const nlohmann::json reply = request ? target.handle(*request) : compliance::failure(why);
-    if (!channel.send_line(reply.dump())) break;
+    if (!channel.send_line(reply.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))) break;
   }
   return 0;
 }
