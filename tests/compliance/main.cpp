@@ -289,7 +289,15 @@ int main(int argc, char** argv) {
     timing.reply = std::chrono::milliseconds(reply_ms);
     std::printf("target %s home port %u, mtu %u, %u paths; suite home port %u, epoch 0x%08x\n", info.address.c_str(),
                 info.home_port, info.mtu, info.paths, peer->home_port(), epoch);
-    Session session(control, std::move(peer), observer, info, timing);
+    std::optional<Session> made;
+    try {
+      made.emplace(control, std::move(peer), observer, info, timing);
+    } catch (const CaseAbort& e) {
+      std::fprintf(stderr, "metaroce-compliance: the target cannot connect a QP to the suite: %s\n", e.what());
+      if (launched) reap(launched->pid);
+      return 1;
+    }
+    Session& session = *made;
     const std::set<std::string> known(known_list.begin(), known_list.end());
     std::set<std::string> known_used;
 

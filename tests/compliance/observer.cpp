@@ -125,8 +125,10 @@ void Observer::check_common(const Datagram&, std::span<const uint8_t> body) {
   if (target_epoch_ == 0) target_epoch_ = c.src_epoch;
   if (c.src_epoch != target_epoch_)
     file("C-2a", "src_epoch changed from " + hex32(target_epoch_) + " to " + hex32(c.src_epoch));
-  if (c.dst_epoch != 0 && c.dst_epoch != expect_.suite_epoch)
+  if (c.dst_epoch != 0 && c.dst_epoch != expect_.suite_epoch) {
     file("C-2a", "dst_epoch " + hex32(c.dst_epoch) + " is neither 0 nor the suite's epoch");
+    return;
+  }
   auto [it, first] = numbers_.try_emplace(c.dst_epoch);
   Numbers& n = it->second;
   if (first || c.packet_number < n.lowest) n.lowest = c.packet_number;
@@ -222,8 +224,8 @@ void Observer::check_data(const Datagram& d, std::span<const uint8_t> body) {
   const auto chunk = chunks.find(offset);
   const std::pair<size_t, uint64_t> copy{payload.size(), digest(payload)};
   if (chunk == chunks.end()) {
-    if (!chunks.empty() && chunks.size() == 1) ++seen_.multi_packet_messages;
-    chunks.emplace(offset, copy);
+    if (chunks.size() == 1) ++seen_.multi_packet_messages;
+    if (chunks.size() < kChunksPerMessage) chunks.emplace(offset, copy);
   } else {
     ++seen_.repeated_chunks;
     if (chunk->second != copy)

@@ -103,6 +103,7 @@ class Observer {
   std::map<MessageKey, MessageFields> messages_;
   std::deque<MessageKey> message_order_;
   static constexpr size_t kRemembered = 4096;
+  static constexpr size_t kChunksPerMessage = 4096;
 };
 
 }  // namespace metaroce::compliance

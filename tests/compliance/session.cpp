@@ -15,7 +15,10 @@ constexpr uint32_t kQpnStride = 1;
 constexpr uint32_t kPsnStride = 0x00100000;
 constexpr uint32_t kTargetPsnOffset = 0x00080000;
 constexpr uint8_t kReplySlots = 4;
-constexpr size_t kMaxKeptMessageBytes = size_t{1} << 24;
+// What the suite keeps of the target's messages is bounded whatever the
+// target claims: bytes of messages up to this long, messages this far ahead.
+constexpr size_t kMaxKeptMessageBytes = size_t{1} << 20;
+constexpr uint32_t kMaxMessagesAhead = 1024;
 constexpr int kSettleRounds = 50;
 
 }  // namespace
@@ -207,6 +210,8 @@ void Session::record_data(const wire::Packet& p) {
   const bool request = wire::is_request(h.opcode);
   std::map<uint32_t, InboundMessage>& book = request ? qp->inbound : qp->responses;
   if (request && !seq_after(h.msn, qp->target_completed)) return;  // a duplicate of a completed request
+  if (request && h.msn - qp->target_completed > kMaxMessagesAhead) return;
+  if (!request && (!seq_after(qp->next_msn, h.msn) || qp->next_msn - h.msn > kMaxMessagesAhead)) return;
   auto [it, fresh] = book.try_emplace(h.msn);
   InboundMessage& m = it->second;
   if (fresh) {
