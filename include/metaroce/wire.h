@@ -56,6 +56,7 @@ enum class PacketType : uint8_t {
   Nak = 3,         // negative acknowledgement of one message
   Probe = 4,       // path probe / keepalive
   ProbeReply = 5,  // answer to a probe, on the same path index
+  UdSend = 6,      // an unreliable datagram (UD QP) message, whole in one datagram
 };
 
 enum class Opcode : uint8_t {
@@ -188,8 +189,29 @@ struct [[gnu::packed]] ProbeWire {
 };
 static_assert(sizeof(ProbeWire) == 16);
 
+// UdHeaderWire::flags
+inline constexpr uint8_t kUdFlagImmediate = 0x01;  // imm carries immediate data
+inline constexpr uint8_t kUdFlagsMask = 0x01;
+
+struct [[gnu::packed]] UdHeaderWire {
+  uint32_t dst_qpn;  // receiving UD QP
+  uint32_t src_qpn;  // sending UD QP (its home port is 4792 + (src_qpn >> 12))
+  uint32_t qkey;     // must equal the receiving QP's Q_Key
+  uint32_t imm;      // immediate data when kUdFlagImmediate, else 0
+  uint8_t flags;     // kUdFlag*
+  uint8_t reserved[3];
+};
+static_assert(sizeof(UdHeaderWire) == 20);
+
 inline constexpr size_t kCommonHeaderBytes = sizeof(CommonHeaderWire);
+// What a UD datagram adds to its message (at most the port's active MTU).
+inline constexpr size_t kUdHeaderBytes = kCommonHeaderBytes + sizeof(UdHeaderWire);
 inline constexpr size_t kDataHeaderBytes = kCommonHeaderBytes + sizeof(DataHeaderWire);
+// What a payload-carrying data packet adds to its payload: the figure from
+// which the payload that fits a link's MTU is derived (include/metaroce/abi.h).
+// The largest trailer counts, so that one payload size fits in every
+// security mode (1388 bytes on a 1500-byte Ethernet).
+inline constexpr size_t kDataOverheadBytes = kDataHeaderBytes + kMaxTrailerBytes;
 inline constexpr size_t kMaxAckBytes = kCommonHeaderBytes + sizeof(AckHeaderWire) +
                                        kMaxAckPathBlocks * sizeof(PathSackWire) +
                                        kMaxAckStreams * sizeof(StreamAckWire);
@@ -292,6 +314,14 @@ struct Probe {
   uint64_t timestamp = 0;
 };
 
+struct UdHeader {
+  uint32_t dst_qpn = 0;
+  uint32_t src_qpn = 0;
+  uint32_t qkey = 0;
+  uint32_t imm = 0;
+  bool has_imm = false;
+};
+
 // One decoded datagram. Only the members that belong to common.type (and, for
 // Data, to data.opcode) are meaningful. payload points into the datagram.
 struct Packet {
@@ -300,7 +330,8 @@ struct Packet {
   ReadRequest read;          // Data/ReadRequest
   AtomicRequest atomic;      // Data/FetchAdd, Data/CompareSwap
   uint64_t atomic_original = 0;  // Data/AtomicResponse
-  std::span<const uint8_t> payload;  // Data: SEND/WRITE/READ_RESP bytes
+  std::span<const uint8_t> payload;  // Data: SEND/WRITE/READ_RESP bytes; UdSend: the message
+  UdHeader ud;                       // UdSend
   Ack ack;
   Nak nak;
   Probe probe;
@@ -332,6 +363,10 @@ std::optional<uint16_t> peek_home_port(std::span<const uint8_t> datagram);
 // body is not looked at.
 DecodeStatus decode_common(std::span<const uint8_t> datagram, CommonHeader& out);
 
+// The packet type byte of a datagram of this version, without decoding the
+// rest; nothing if it is too short or of another version.
+std::optional<PacketType> peek_type(std::span<const uint8_t> datagram);
+
 // Parses one datagram without its trailer. On anything but Ok, `out` is
 // unspecified.
 DecodeStatus decode(std::span<const uint8_t> datagram, Packet& out);
@@ -359,6 +394,10 @@ size_t encode_data(std::span<uint8_t> out, Origin origin, const DataHeader& head
 size_t encode_ack(std::span<uint8_t> out, Origin origin, const Ack& ack);
 size_t encode_nak(std::span<uint8_t> out, Origin origin, const Nak& nak);
 size_t encode_probe(std::span<uint8_t> out, Origin origin, PacketType type, const Probe& probe);
+// A UD datagram: headers, then `payload_bytes` the caller writes
+// kUdHeaderBytes in. Returns the header byte count, or 0 if `out` is too
+// small for headers plus payload.
+size_t encode_ud(std::span<uint8_t> out, Origin origin, const UdHeader& header, size_t payload_bytes);
 
 // Payload-bearing opcodes carry bytes after their headers.
 constexpr bool carries_payload(Opcode op) {
@@ -370,6 +409,8 @@ constexpr bool consumes_receive(Opcode op) {
   return op == Opcode::Send || op == Opcode::SendImm || op == Opcode::WriteImm;
 }
 constexpr bool is_atomic(Opcode op) { return op == Opcode::FetchAdd || op == Opcode::CompareSwap; }
+// Requests answered with data: they count against max_rd_atomic.
+constexpr bool needs_response(Opcode op) { return op == Opcode::ReadRequest || is_atomic(op); }
 constexpr bool is_request(Opcode op) {
   return op != Opcode::ReadResponse && op != Opcode::AtomicResponse;
 }

@@ -63,6 +63,10 @@ struct EndpointConfig {
   uint64_t random_seed = 0;
 };
 
+// IB's largest RNR timer value (655.36 ms): a NAK asking for a longer delay
+// is capped to it.
+inline constexpr Time kMaxRnrDelayNs = 655'360'000;
+
 // What a queue pair is configured with (from ibv_modify_qp attributes).
 struct QpConfig {
   uint32_t max_send_wr = 1024;
@@ -77,6 +81,10 @@ struct QpConfig {
   // request this QP sends has msn sq_psn; the first it accepts, rq_psn.
   uint32_t sq_psn = 1;
   uint32_t rq_psn = 1;
+  // Payload bytes per data packet of this QP (verbs: a path_mtu below the
+  // port's active MTU); 0, or anything above the endpoint's mtu, means the
+  // endpoint's. Both ends of a connection must agree, as with path_mtu.
+  uint32_t mtu = 0;
 };
 
 }  // namespace metaroce::transport

@@ -51,6 +51,11 @@ class Connection {
 
   void queue_nak(uint16_t path_id, const wire::Nak& nak);
   void on_message_completed() { ack_now_ = true; }
+  // The driver is about to stop: an ACK of whatever arrived is due now.
+  void ack_everything_now();
+  // `qp` is being destroyed: its last completed_msn goes out in the next
+  // few ACKs, since the peer's requester may still wait for it.
+  void farewell(const QueuePair& qp);
   void set_congestion(const CongestionParams& params);
   // The paths' largest RTO: the shortest transport timeout of a QP.
   Time retry_base() const;
@@ -112,6 +117,8 @@ class Connection {
     wire::Nak nak;
     wire::Probe probe;
   };
+  // Bounded: a full queue drops (and counts) what comes next.
+  void queue_control(const Control& c);
 
   bool rocev2() const { return profile_ == Profile::RoCEv2; }
   wire::Origin origin(uint16_t path_id) const;
@@ -181,6 +188,12 @@ class Connection {
   Time oldest_unacked_ = kNever;
   bool ack_now_ = false;
   size_t ack_stream_cursor_ = 0;
+  struct Farewell {
+    wire::StreamAck stream;
+    uint32_t acks_left = 0;
+  };
+  std::vector<Farewell> farewells_;
+  bool farewell_due_ = false;
   uint16_t rx_path_count_ = 0;   // highest path id the peer sent data on, + 1
   uint16_t reply_cursor_ = 0;    // the path of the last reply
   uint32_t replies_ = 0;

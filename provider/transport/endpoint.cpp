@@ -7,6 +7,8 @@
 #include "connection.h"
 #include "metaroce/wire.h"
 #include "queue_pair.h"
+#include "shared_receive_queue.h"
+#include "ud_queue_pair.h"
 
 namespace metaroce::transport {
 
@@ -103,10 +105,17 @@ uint32_t Endpoint::create_cq(uint32_t capacity) {
   return id;
 }
 
+bool Endpoint::cq_in_use(uint32_t cq) const {
+  for (const auto& [qpn, qp] : qps_)
+    if (qp->send_cq() == cq || qp->recv_cq() == cq) return true;
+  for (const auto& [qpn, qp] : ud_qps_)
+    if (qp->send_cq() == cq || qp->recv_cq() == cq) return true;
+  return false;
+}
+
 PostResult Endpoint::destroy_cq(uint32_t cq) {
   // As in verbs, a CQ that a QP still uses cannot be destroyed.
-  for (const auto& [qpn, qp] : qps_)
-    if (qp->send_cq() == cq || qp->recv_cq() == cq) return PostResult::BadState;
+  if (cq_in_use(cq)) return PostResult::BadState;
   return cqs_.erase(cq) ? PostResult::Ok : PostResult::NoSuchObject;
 }
 
@@ -125,45 +134,153 @@ size_t Endpoint::cq_depth(uint32_t cq) const {
   return it == cqs_.end() ? 0 : it->second->entries.size();
 }
 
-void Endpoint::push_completion(uint32_t cq, const Completion& completion) {
+void Endpoint::push_completion(uint32_t cq, const Completion& completion, bool owes_ack) {
+  // A completion that data arriving here caused becomes visible only once
+  // the ACK covering that data has been handed to the driver (when
+  // poll_transmit has nothing more due), as an RDMA NIC acknowledges what
+  // it placed before the application can see it: an application that
+  // exits at its last completion leaves no peer waiting. Later completions
+  // queue behind a held one, so a CQ keeps its order.
+  if (owes_ack || !held_completions_.empty()) {
+    held_completions_.emplace_back(cq, completion);
+    return;
+  }
+  deliver_completion(cq, completion);
+}
+
+void Endpoint::deliver_completion(uint32_t cq, const Completion& completion) {
   auto it = cqs_.find(cq);
   if (it == cqs_.end()) return;
   it->second->entries.push_back(completion);
   if (completion_observer_) completion_observer_(cq);
 }
 
+void Endpoint::release_completions() {
+  if (held_completions_.empty()) return;
+  for (const auto& [cq, completion] : held_completions_) deliver_completion(cq, completion);
+  held_completions_.clear();
+  completions_released_ = true;
+}
+
+void Endpoint::flush_owed(Time now) {
+  for (auto& [peer, state] : connections_) state.connection->ack_everything_now();
+  (void)now;
+}
+
+// --- shared receive queues -------------------------------------------------------
+
+uint32_t Endpoint::create_srq(uint32_t pd, uint32_t max_wr) {
+  const uint32_t id = next_srq_++;
+  srqs_.emplace(id, std::make_unique<SharedReceiveQueue>(id, pd, std::max<uint32_t>(max_wr, 1)));
+  return id;
+}
+
+PostResult Endpoint::destroy_srq(uint32_t srq) {
+  auto it = srqs_.find(srq);
+  if (it == srqs_.end()) return PostResult::NoSuchObject;
+  if (it->second->users != 0) return PostResult::BadState;
+  srqs_.erase(it);
+  return PostResult::Ok;
+}
+
+PostResult Endpoint::post_srq_recv(uint32_t srq, const RecvWr& wr) {
+  auto it = srqs_.find(srq);
+  return it == srqs_.end() ? PostResult::NoSuchObject : it->second->post(wr);
+}
+
+PostResult Endpoint::modify_srq(uint32_t srq, std::optional<uint32_t> max_wr, std::optional<uint32_t> limit) {
+  auto it = srqs_.find(srq);
+  return it == srqs_.end() ? PostResult::NoSuchObject : it->second->modify(max_wr, limit);
+}
+
+std::optional<SrqAttributes> Endpoint::query_srq(uint32_t srq) const {
+  auto it = srqs_.find(srq);
+  if (it == srqs_.end()) return std::nullopt;
+  return SrqAttributes{it->second->max_wr(), it->second->limit(), it->second->depth()};
+}
+
 // --- queue pairs --------------------------------------------------------------
 
-uint32_t Endpoint::create_qp(uint32_t pd, uint32_t send_cq, uint32_t recv_cq, const QpConfig& config) {
-  if (!cqs_.count(send_cq) || !cqs_.count(recv_cq)) return 0;
-  QpConfig resolved = config;
-  resolved.max_send_wr = std::min(resolved.max_send_wr, config_.max_outstanding_messages);
+bool Endpoint::qpn_taken(uint32_t qpn) const { return qps_.count(qpn) || ud_qps_.count(qpn); }
+
+uint32_t Endpoint::create_qp(uint32_t pd, uint32_t send_cq, uint32_t recv_cq, const QpConfig& config,
+                             uint32_t srq) {
   if (next_qpn_index_ >= config_.max_qps) return 0;
-  const uint32_t qpn = config_.qpn_base + next_qpn_index_++;
-  qps_.emplace(qpn, std::make_unique<QueuePair>(*this, qpn, pd, send_cq, recv_cq, resolved));
-  return qpn;
+  return create_qp_numbered(config_.qpn_base + next_qpn_index_++, pd, send_cq, recv_cq, config, srq);
 }
 
 uint32_t Endpoint::create_qp_numbered(uint32_t qpn, uint32_t pd, uint32_t send_cq, uint32_t recv_cq,
-                                      const QpConfig& config) {
-  if (qpn == 0 || qps_.count(qpn) || !cqs_.count(send_cq) || !cqs_.count(recv_cq)) return 0;
+                                      const QpConfig& config, uint32_t srq) {
+  if (qpn == 0 || qpn_taken(qpn) || !cqs_.count(send_cq) || !cqs_.count(recv_cq)) return 0;
+  SharedReceiveQueue* shared = nullptr;
+  if (srq) {
+    auto it = srqs_.find(srq);
+    if (it == srqs_.end()) return 0;
+    shared = it->second.get();
+  }
   QpConfig resolved = config;
   resolved.max_send_wr = std::min(resolved.max_send_wr, config_.max_outstanding_messages);
-  qps_.emplace(qpn, std::make_unique<QueuePair>(*this, qpn, pd, send_cq, recv_cq, resolved));
+  qps_.emplace(qpn, std::make_unique<QueuePair>(*this, qpn, pd, send_cq, recv_cq, resolved, shared));
+  if (shared) ++shared->users;
   return qpn;
 }
 
+uint32_t Endpoint::create_ud_qp(uint32_t qpn, uint32_t pd, uint32_t send_cq, uint32_t recv_cq, uint32_t srq,
+                                const QpConfig& config, uint32_t max_message) {
+  if (qpn == 0) {
+    if (next_qpn_index_ >= config_.max_qps) return 0;
+    qpn = config_.qpn_base + next_qpn_index_++;
+  }
+  if (qpn_taken(qpn) || !cqs_.count(send_cq) || !cqs_.count(recv_cq)) return 0;
+  SharedReceiveQueue* shared = nullptr;
+  if (srq) {
+    auto it = srqs_.find(srq);
+    if (it == srqs_.end()) return 0;
+    shared = it->second.get();
+  }
+  const uint32_t message = std::min(max_message, config_.mtu);
+  ud_qps_.emplace(qpn, std::make_unique<UdQueuePair>(*this, qpn, pd, send_cq, recv_cq, shared, config, message));
+  if (shared) ++shared->users;
+  return qpn;
+}
+
+PostResult Endpoint::modify_ud_qp(uint32_t qpn, QpState next, std::optional<uint32_t> qkey) {
+  UdQueuePair* qp = find_ud_qp(qpn);
+  return qp ? qp->modify(next, qkey) : PostResult::NoSuchObject;
+}
+
+PostResult Endpoint::post_send_ud(uint32_t qpn, const UdSendWr& wr) {
+  UdQueuePair* qp = find_ud_qp(qpn);
+  return qp ? qp->post_send(wr) : PostResult::NoSuchObject;
+}
+
 PostResult Endpoint::destroy_qp(uint32_t qpn) {
-  QueuePair* qp = find_qp(qpn);
-  if (!qp) return PostResult::NoSuchObject;
-  if (qp->connection()) qp->connection()->detach(qp);
-  qps_.erase(qpn);
-  return PostResult::Ok;
+  if (QueuePair* qp = find_qp(qpn)) {
+    if (Connection* connection = qp->connection()) {
+      // The peer may still wait for this QP's last stream ACK.
+      connection->farewell(*qp);
+      connection->detach(qp);
+    }
+    if (qp->srq()) --qp->srq()->users;
+    qps_.erase(qpn);
+    return PostResult::Ok;
+  }
+  if (UdQueuePair* ud = find_ud_qp(qpn)) {
+    if (ud->srq()) --ud->srq()->users;
+    ud_qps_.erase(qpn);
+    return PostResult::Ok;
+  }
+  return PostResult::NoSuchObject;
 }
 
 QueuePair* Endpoint::find_qp(uint32_t qpn) const {
   auto it = qps_.find(qpn);
   return it == qps_.end() ? nullptr : it->second.get();
+}
+
+UdQueuePair* Endpoint::find_ud_qp(uint32_t qpn) const {
+  auto it = ud_qps_.find(qpn);
+  return it == ud_qps_.end() ? nullptr : it->second.get();
 }
 
 PostResult Endpoint::modify_qp_to_init(uint32_t qpn) {
@@ -208,7 +325,7 @@ PostResult Endpoint::modify_qp_to_rts(uint32_t qpn, const QpConfig& config) {
 PostResult Endpoint::modify_qp_to_error(uint32_t qpn) {
   QueuePair* qp = find_qp(qpn);
   if (!qp) return PostResult::NoSuchObject;
-  qp->to_error();
+  qp->to_error(/*requested=*/true);
   return PostResult::Ok;
 }
 
@@ -221,9 +338,9 @@ PostResult Endpoint::modify_qp_to_reset(uint32_t qpn) {
 }
 
 std::optional<QpState> Endpoint::qp_state(uint32_t qpn) const {
-  const QueuePair* qp = find_qp(qpn);
-  if (!qp) return std::nullopt;
-  return qp->state();
+  if (const QueuePair* qp = find_qp(qpn)) return qp->state();
+  if (const UdQueuePair* ud = find_ud_qp(qpn)) return ud->state();
+  return std::nullopt;
 }
 
 PostResult Endpoint::post_send(uint32_t qpn, const SendWr& wr) {
@@ -232,8 +349,9 @@ PostResult Endpoint::post_send(uint32_t qpn, const SendWr& wr) {
 }
 
 PostResult Endpoint::post_recv(uint32_t qpn, const RecvWr& wr) {
-  QueuePair* qp = find_qp(qpn);
-  return qp ? qp->post_recv(wr) : PostResult::NoSuchObject;
+  if (QueuePair* qp = find_qp(qpn)) return qp->post_recv(wr);
+  if (UdQueuePair* ud = find_ud_qp(qpn)) return ud->post_recv(wr);
+  return PostResult::NoSuchObject;
 }
 
 // --- connections and I/O ---------------------------------------------------------
@@ -267,8 +385,11 @@ void Endpoint::on_datagram(Time now, PeerId from, std::span<const uint8_t> datag
     ++counters_.rx_drop_malformed;
     return;
   }
-  // (docs/spec.md 9.3: integrity-mode UD datagrams to QP 1 from the kernel
-  // are to be let through here once UD datagrams exist.)
+  // UD datagrams belong to no connection (on_ud_datagram).
+  if (common.type == wire::PacketType::UdSend) {
+    ++counters_.rx_drop_malformed;
+    return;
+  }
   if (common.security != config_.security) {
     ++counters_.rx_drop_security_mode;
     return;
@@ -380,11 +501,62 @@ size_t Endpoint::frame(Peer& peer, std::span<uint8_t> buf, size_t length) {
   return length + wire::kAuthTagBytes;
 }
 
+void Endpoint::on_ud_datagram(const UdAddresses& addresses, std::span<const uint8_t> datagram) {
+  ++counters_.rx_datagrams;
+  // UD datagrams come from anyone and belong to no connection: they carry
+  // the integrity trailer in every security mode, and the Q_Key is their
+  // access control, as in InfiniBand (docs/spec.md 6a).
+  wire::Packet& packet = rx_packet_;
+  if (wire::decode_common(datagram, packet.common) != wire::DecodeStatus::Ok ||
+      packet.common.type != wire::PacketType::UdSend ||
+      datagram.size() < wire::kCommonHeaderBytes + wire::kIntegrityTrailerBytes) {
+    ++counters_.rx_drop_malformed;
+    return;
+  }
+  if (packet.common.security != wire::Security::Integrity) {
+    ++counters_.rx_drop_security_mode;
+    return;
+  }
+  if (!check_integrity(datagram)) {
+    ++counters_.rx_drop_integrity;
+    return;
+  }
+  if (wire::decode(datagram.first(datagram.size() - wire::kIntegrityTrailerBytes), packet) != wire::DecodeStatus::Ok) {
+    ++counters_.rx_drop_malformed;
+    return;
+  }
+  UdQueuePair* qp = find_ud_qp(packet.ud.dst_qpn);
+  if (!qp) {
+    ++counters_.rx_drop_ud_unknown_qp;
+    return;
+  }
+  qp->on_datagram(packet, addresses, counters_);
+}
+
 void Endpoint::on_timer(Time now) {
   for (auto& [id, peer] : connections_) peer.connection->on_timer(now);
 }
 
 std::optional<TxDatagram> Endpoint::poll_transmit(Time now, std::span<uint8_t> buf) {
+  // UD sends first: each is one datagram, sent once, under no window.
+  if (!ud_qps_.empty()) {
+    auto it = ud_qps_.upper_bound(ud_tx_cursor_);
+    for (size_t i = 0; i < ud_qps_.size(); ++i, ++it) {
+      if (it == ud_qps_.end()) it = ud_qps_.begin();
+      while (it->second->has_pending()) {
+        if (buf.size() <= wire::kIntegrityTrailerBytes) return std::nullopt;
+        PeerId peer = 0;
+        size_t length = it->second->build_next(buf.first(buf.size() - wire::kIntegrityTrailerBytes), peer);
+        if (length == 0) continue;
+        wire::stamp_common(buf, wire::Security::Integrity, epoch_, 0, 0);
+        seal_integrity(buf, length);
+        length += wire::kIntegrityTrailerBytes;
+        ud_tx_cursor_ = it->first;
+        ++counters_.tx_ud_datagrams;
+        return TxDatagram{peer, 0, static_cast<uint32_t>(length)};
+      }
+    }
+  }
   if (connections_.empty()) return std::nullopt;
   if (buf.size() <= wire::kMaxTrailerBytes) return std::nullopt;
   const std::span<uint8_t> body = buf.first(buf.size() - wire::kMaxTrailerBytes);
@@ -401,6 +573,7 @@ std::optional<TxDatagram> Endpoint::poll_transmit(Time now, std::span<uint8_t> b
     }
     ++start;
   }
+  release_completions();
   return std::nullopt;
 }
 
@@ -409,6 +582,9 @@ size_t Endpoint::max_datagram_bytes() const {
 }
 
 Time Endpoint::next_wakeup() const {
+  if (!held_completions_.empty()) return 0;
+  for (const auto& [qpn, qp] : ud_qps_)
+    if (qp->has_pending()) return 0;
   Time wake = kNever;
   for (const auto& [id, peer] : connections_) wake = std::min(wake, peer.connection->next_wakeup());
   return wake;

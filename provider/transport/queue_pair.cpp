@@ -6,14 +6,18 @@
 
 #include "connection.h"
 #include "endpoint.h"
+#include "shared_receive_queue.h"
 
 namespace metaroce::transport {
 
 QueuePair::QueuePair(Endpoint& endpoint, uint32_t qpn, uint32_t pd, uint32_t send_cq,
-                     uint32_t recv_cq, const QpConfig& config)
-    : endpoint_(endpoint), qpn_(qpn), pd_(pd), send_cq_(send_cq), recv_cq_(recv_cq), config_(config) {}
+                     uint32_t recv_cq, const QpConfig& config, SharedReceiveQueue* srq)
+    : endpoint_(endpoint), qpn_(qpn), pd_(pd), send_cq_(send_cq), recv_cq_(recv_cq), srq_(srq), config_(config) {}
 
-uint32_t QueuePair::mtu() const { return endpoint_.config().mtu; }
+uint32_t QueuePair::mtu() const {
+  const uint32_t endpoint_mtu = endpoint_.config().mtu;
+  return config_.mtu != 0 && config_.mtu < endpoint_mtu ? config_.mtu : endpoint_mtu;
+}
 
 void QueuePair::to_rtr(Connection* connection, uint32_t remote_qpn, const QpConfig& config) {
   connection_ = connection;
@@ -48,9 +52,13 @@ void QueuePair::to_reset() {
   state_ = QpState::Reset;
 }
 
-void QueuePair::to_error() {
+void QueuePair::to_error(bool requested) {
+  const bool was_error = state_ == QpState::Error;
   state_ = QpState::Error;
   flush();
+  if (was_error) return;
+  if (!requested) endpoint_.notify({AsyncEventKind::QpFatal, qpn_});
+  if (srq_) endpoint_.notify({AsyncEventKind::QpLastWqeReached, qpn_});
 }
 
 OutboundMessage* QueuePair::find_request(uint32_t msn) {

@@ -24,6 +24,7 @@ namespace metaroce::transport {
 
 class Connection;
 class Endpoint;
+class SharedReceiveQueue;
 
 // What the responder (or the requester, for a response) decided about one
 // data packet. The connection turns it into counters, ACK state and NAKs.
@@ -45,13 +46,15 @@ inline Verdict verdict_of(const RequestFailure& failure) {
 
 class QueuePair {
  public:
+  // With `srq`, receives come from that shared receive queue, not post_recv.
   QueuePair(Endpoint& endpoint, uint32_t qpn, uint32_t pd, uint32_t send_cq, uint32_t recv_cq,
-            const QpConfig& config);
+            const QpConfig& config, SharedReceiveQueue* srq = nullptr);
 
   uint32_t qpn() const { return qpn_; }
   uint32_t pd() const { return pd_; }
   uint32_t send_cq() const { return send_cq_; }
   uint32_t recv_cq() const { return recv_cq_; }
+  SharedReceiveQueue* srq() const { return srq_; }
   QpState state() const { return state_; }
   const QpConfig& config() const { return config_; }
   uint32_t remote_qpn() const { return remote_qpn_; }
@@ -68,8 +71,10 @@ class QueuePair {
     config_.sq_psn = config.sq_psn;
     next_msn_ = config.sq_psn;
   }
-  // Flushes every outstanding work request and stops the stream.
-  void to_error();
+  // Flushes every outstanding work request and stops the stream. A QP that
+  // fails by itself (not `requested` through modify_qp) reports QpFatal; an
+  // SRQ-attached one then reports QpLastWqeReached.
+  void to_error(bool requested = false);
   void to_reset();
 
   PostResult post_send(const SendWr& wr);
@@ -146,11 +151,18 @@ class QueuePair {
   OutboundMessage* find_message(const ChunkRef& ref);
   // Fills message from the first packet; ReceiverNotReady, or Placed with
   // message.failure set when the request cannot be carried out.
+  uint32_t rd_atomic_outstanding() const;
   Verdict check_new_inbound(const wire::Packet& packet, InboundMessage& message);
+  // The receive WQE that stream receive ordinal `index` uses: the QP's own
+  // posted receives in order, or, with an SRQ, WQEs taken from it for the
+  // ordinals in order. Null when none is there (RNR) or `index` is consumed.
+  const RecvWr* receive_for(uint32_t index);
   std::optional<RequestFailure> place_request_chunk(const wire::Packet& packet, InboundMessage& message,
                                                     uint32_t chunk);
   Verdict on_duplicate_request(const wire::Packet& packet);
-  Verdict fail_request(InboundMessage& message, const RequestFailure& failure, const wire::Packet& packet);
+  // `failure` is taken by value: advancing the stream may flush the QP and
+  // free `message` (and the failure stored in it).
+  Verdict fail_request(InboundMessage& message, RequestFailure failure, const wire::Packet& packet);
   void fail_responder(uint32_t msn, const InboundMessage& message);
   void advance_responder();
   void execute_read(uint32_t msn, const InboundMessage& message);
@@ -179,6 +191,7 @@ class QueuePair {
   const uint32_t pd_;
   const uint32_t send_cq_;
   const uint32_t recv_cq_;
+  SharedReceiveQueue* const srq_;
   QpConfig config_;
   QpState state_ = QpState::Reset;
   Connection* connection_ = nullptr;
@@ -198,7 +211,7 @@ class QueuePair {
   Time retry_at_ = kNever;
   uint32_t retries_ = 0;  // consecutive expiries without progress
 
-  // Responder.
+  // Responder. recv_queue_[i] is the WQE of receive ordinal recv_consumed_ + i.
   std::deque<RecvWr> recv_queue_;
   uint32_t recv_consumed_ = 0;  // receive WQEs completed so far
   uint32_t completed_msn_ = 0;

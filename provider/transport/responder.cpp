@@ -10,6 +10,7 @@
 
 #include "connection.h"
 #include "endpoint.h"
+#include "shared_receive_queue.h"
 
 namespace metaroce::transport {
 namespace {
@@ -22,6 +23,7 @@ constexpr size_t kAbandonedReads = 16;
 }  // namespace
 
 PostResult QueuePair::post_recv(const RecvWr& wr) {
+  if (srq_) return PostResult::InvalidArgument;  // its receives come from the SRQ
   if (state_ == QpState::Reset) return PostResult::BadState;
   if (wr.num_sge > kMaxSge) return PostResult::InvalidArgument;
   if (recv_queue_.size() >= config_.max_recv_wr) return PostResult::QueueFull;
@@ -36,6 +38,19 @@ PostResult QueuePair::post_recv(const RecvWr& wr) {
   }
   recv_queue_.push_back(wr);
   return PostResult::Ok;
+}
+
+const RecvWr* QueuePair::receive_for(uint32_t index) {
+  if (index < recv_consumed_) return nullptr;
+  const uint64_t slot = index - recv_consumed_;
+  while (srq_ && slot >= recv_queue_.size()) {
+    bool limit_reached = false;
+    std::optional<RecvWr> wqe = srq_->take(limit_reached);
+    if (limit_reached) endpoint_.notify({AsyncEventKind::SrqLimitReached, srq_->id()});
+    if (!wqe) break;
+    recv_queue_.push_back(*wqe);
+  }
+  return slot < recv_queue_.size() ? &recv_queue_[slot] : nullptr;
 }
 
 bool QueuePair::source_readable(const ChunkRef& ref) const {
@@ -96,12 +111,24 @@ bool QueuePair::nak_due(int& naked_attempt, const wire::Packet& p) {
   return true;
 }
 
-Verdict QueuePair::fail_request(InboundMessage& m, const RequestFailure& failure, const wire::Packet& p) {
+Verdict QueuePair::fail_request(InboundMessage& m, RequestFailure failure, const wire::Packet& p) {
   m.failure = failure;
   if (nak_due(m.naked_attempt, p)) nak(failure.nak, p);
   // The stream goes to the error state when it reaches the message.
   if (p.data.msn == completed_msn_ + 1) advance_responder();
   return verdict_of(failure);
+}
+
+// READs and atomics this responder still has to execute or whose response
+// it has not sent in full. Each is outstanding at the requester too, so an
+// honest requester never has more than its max_rd_atomic here.
+uint32_t QueuePair::rd_atomic_outstanding() const {
+  uint32_t n = 0;
+  for (const auto& [msn, response] : responses_)
+    if (!response.all_sent()) ++n;
+  for (const auto& [msn, m] : inbound_)
+    if (wire::needs_response(m.opcode) && !m.failure) ++n;
+  return n;
 }
 
 Verdict QueuePair::check_new_inbound(const wire::Packet& p, InboundMessage& m) {
@@ -138,18 +165,26 @@ Verdict QueuePair::check_new_inbound(const wire::Packet& p, InboundMessage& m) {
       break;
     default: break;
   }
+  if (h.msg_length > kMaxMessageBytes) m.failure = RequestFailure{wire::NakKind::InvalidRequest};
+  if (!m.failure && wire::needs_response(h.opcode) && rd_atomic_outstanding() >= config_.max_dest_rd_atomic) {
+    ++endpoint_.counters_.rd_atomic_limit_refusals;
+    m.failure = RequestFailure{wire::NakKind::InvalidRequest};
+  }
   if (!m.failure && wire::consumes_receive(h.opcode)) {
     const int32_t slot = static_cast<int32_t>(h.recv_index - recv_consumed_);
-    if (slot < 0) {
-      m.failure = RequestFailure{wire::NakKind::InvalidRequest};  // a receive already consumed
-    } else if (static_cast<size_t>(slot) >= recv_queue_.size()) {
+    // Each earlier incomplete message consumes at most one receive: an
+    // ordinal further ahead is a lie (it would bind a shared queue's WQEs).
+    const bool beyond = slot >= 0 && static_cast<uint32_t>(slot) >= h.msn - completed_msn_;
+    const RecvWr* wqe = slot < 0 || beyond ? nullptr : receive_for(h.recv_index);
+    if (slot < 0 || beyond) {
+      m.failure = RequestFailure{wire::NakKind::InvalidRequest};  // a receive already consumed, or a lie
+    } else if (!wqe) {
       return Verdict::ReceiverNotReady;
     } else {
-      const RecvWr& wr = recv_queue_[static_cast<size_t>(slot)];
       const bool send = h.opcode == wire::Opcode::Send || h.opcode == wire::Opcode::SendImm;
-      if (send && h.msg_length > sge_total_length(sges_of(wr)))
+      if (send && h.msg_length > sge_total_length(sges_of(*wqe)))
         m.failure = RequestFailure{wire::NakKind::InvalidRequest, WcStatus::LocalLengthError};
-      else if (send && memory.check_sges(sges_of(wr), pd_, true) != AccessCheck::Ok)
+      else if (send && memory.check_sges(sges_of(*wqe), pd_, true) != AccessCheck::Ok)
         m.failure = RequestFailure{wire::NakKind::RemoteOperational, WcStatus::LocalProtectionError};
     }
   }
@@ -290,7 +325,7 @@ void QueuePair::advance_responder() {
       c.imm = m.imm;
       recv_queue_.pop_front();
       ++recv_consumed_;
-      endpoint_.push_completion(recv_cq_, c);
+      endpoint_.push_completion(recv_cq_, c, /*owes_ack=*/true);
     } else if (m.opcode == wire::Opcode::ReadRequest) {
       execute_read(msn, m);
     } else if (wire::is_atomic(m.opcode) && !execute_atomic(msn, m)) {
@@ -323,7 +358,7 @@ void QueuePair::fail_responder(uint32_t msn, const InboundMessage& m) {
     c.src_qp = m.src_qpn;
     recv_queue_.pop_front();
     ++recv_consumed_;
-    endpoint_.push_completion(recv_cq_, c);
+    endpoint_.push_completion(recv_cq_, c, /*owes_ack=*/true);
   }
   to_error();
 }

@@ -209,6 +209,20 @@ DecodeStatus decode_probe(std::span<const uint8_t> in, Packet& out) {
   return DecodeStatus::Ok;
 }
 
+DecodeStatus decode_ud(std::span<const uint8_t> in, Packet& out) {
+  if (in.size() < kUdHeaderBytes) return DecodeStatus::Truncated;
+  const auto w = load<UdHeaderWire>(in, kCommonHeaderBytes);
+  if (w.flags & ~kUdFlagsMask) return DecodeStatus::BadFlags;
+  UdHeader& u = out.ud;
+  u.dst_qpn = from_be32(w.dst_qpn);
+  u.src_qpn = from_be32(w.src_qpn);
+  u.qkey = from_be32(w.qkey);
+  u.has_imm = (w.flags & kUdFlagImmediate) != 0;
+  u.imm = u.has_imm ? from_be32(w.imm) : 0;
+  out.payload = in.subspan(kUdHeaderBytes);
+  return DecodeStatus::Ok;
+}
+
 }  // namespace
 
 bool PathSack::covers(uint32_t seq) const {
@@ -272,12 +286,19 @@ std::optional<uint16_t> peek_home_port(std::span<const uint8_t> datagram) {
   return from_be16(c.home_port);
 }
 
+std::optional<PacketType> peek_type(std::span<const uint8_t> datagram) {
+  if (datagram.size() < sizeof(CommonHeaderWire)) return std::nullopt;
+  const auto c = load<CommonHeaderWire>(datagram, 0);
+  if (c.version != kVersion) return std::nullopt;
+  return static_cast<PacketType>(c.type);
+}
+
 DecodeStatus decode_common(std::span<const uint8_t> datagram, CommonHeader& out) {
   if (datagram.size() < kCommonHeaderBytes) return DecodeStatus::Truncated;
   const auto c = load<CommonHeaderWire>(datagram, 0);
   if (c.version != kVersion) return DecodeStatus::BadVersion;
   if (c.type < static_cast<uint8_t>(PacketType::Data) ||
-      c.type > static_cast<uint8_t>(PacketType::ProbeReply)) {
+      c.type > static_cast<uint8_t>(PacketType::UdSend)) {
     return DecodeStatus::BadType;
   }
   if (c.security >= kSecurityCount) return DecodeStatus::BadSecurity;
@@ -312,8 +333,22 @@ DecodeStatus decode(std::span<const uint8_t> datagram, Packet& out) {
     case PacketType::Nak: return decode_nak(datagram, out);
     case PacketType::Probe:
     case PacketType::ProbeReply: return decode_probe(datagram, out);
+    case PacketType::UdSend: return decode_ud(datagram, out);
   }
   return DecodeStatus::BadType;
+}
+
+size_t encode_ud(std::span<uint8_t> out, Origin origin, const UdHeader& header, size_t payload_bytes) {
+  if (out.size() < kUdHeaderBytes || payload_bytes > out.size() - kUdHeaderBytes) return 0;
+  store_common(out, PacketType::UdSend, origin);
+  UdHeaderWire w{};
+  w.dst_qpn = to_be(header.dst_qpn);
+  w.src_qpn = to_be(header.src_qpn);
+  w.qkey = to_be(header.qkey);
+  w.imm = header.has_imm ? to_be(header.imm) : 0;
+  w.flags = header.has_imm ? kUdFlagImmediate : 0;
+  store(out, kCommonHeaderBytes, w);
+  return kUdHeaderBytes;
 }
 
 size_t data_header_bytes(Opcode opcode) { return kDataHeaderBytes + extension_bytes(opcode); }

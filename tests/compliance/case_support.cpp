@@ -29,6 +29,8 @@ std::string describe(const Received& r) {
       return "NAK kind " + std::to_string(static_cast<int>(p.nak.kind)) + " msn " + std::to_string(p.nak.msn);
     case wire::PacketType::Probe: return "Probe seq " + std::to_string(p.probe.probe_seq);
     case wire::PacketType::ProbeReply: return "ProbeReply seq " + std::to_string(p.probe.probe_seq);
+    case wire::PacketType::UdSend:
+      return "UD send from QP " + std::to_string(p.ud.src_qpn) + " to QP " + std::to_string(p.ud.dst_qpn);
   }
   return "?";
 }

@@ -85,7 +85,8 @@ COMPLIANCE_CASE(unused_fields_zero, "C-1.1c", Workload,
   const std::vector<uint8_t> source = Session::pattern(3, 3 * mtu + 5);
   s.control().write(r.addr, source);
   const uint64_t sink = r.addr + 4 * uint64_t{mtu};
-  const uint64_t atomics = r.addr + 7 * uint64_t{mtu};
+  // Atomics need 8-byte aligned addresses (IB spec 9.4.5); an mtu need not be a multiple of 8.
+  const uint64_t atomics = (r.addr + 7 * uint64_t{mtu} + 7) & ~uint64_t{7};
 
   // The target as requester: every request opcode; the suite answers as a
   // responder (session.h).

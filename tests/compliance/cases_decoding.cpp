@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 //
-// docs/spec.md section 7: a datagram that breaks a rule of sections 2 to 6
+// docs/spec.md section 7: a datagram that breaks a rule of sections 2 to 6a
 // is dropped without a reaction: no ACK, no NAK, no state change, one
 // count in rx_drop_malformed. Each variant below is a valid packet with one
 // rule broken and a correct trailer, so that nothing but the rule can be
 // why it is dropped.
+#include <chrono>
+#include <cstddef>
 #include <functional>
+#include <utility>
 
 #include "case_support.h"
 #include "raw_layout.h"
@@ -43,11 +46,16 @@ struct PendingWrite {
   uint16_t attempt = 0;
 };
 
+// `wr_id` counts the target's requests on the fixture's QP from 1, so the
+// WRITE is message target_first_msn + wr_id - 1: a late resend of an
+// earlier one is not taken for it.
 std::optional<PendingWrite> pending_write(Session& s, const Fixture& f, uint64_t wr_id) {
   s.set_auto_ack(false);
   target_post(s, *f.qp, {control::SendOpcode::Write, wr_id, {{f.region.addr, 8, f.region.key}}, 0x8000, 0x8888});
-  const std::optional<Received> data = s.expect(
-      [&](const Received& r) { return r.is_data(Opcode::Write) && r.packet.data.dst_qpn == f.qp->qpn; });
+  const uint32_t msn = f.qp->target_first_msn + static_cast<uint32_t>(wr_id - 1);
+  const std::optional<Received> data = s.expect([&](const Received& r) {
+    return r.is_data(Opcode::Write) && r.packet.data.dst_qpn == f.qp->qpn && r.packet.data.msn == msn;
+  });
   if (!data) return std::nullopt;
   return PendingWrite{data->packet.data.msn, data->packet.common.path_id, data->packet.data.attempt};
 }
@@ -245,11 +253,28 @@ COMPLIANCE_CASE(bad_nak, "C-7d", Stimulus,
     s.set_auto_ack(true);
     ++wr_id;
   }
-  // The same NAK, well formed, fails the WRITE.
-  const std::optional<PendingWrite> w = pending_write(s, f, wr_id);
+  // The same NAK, well formed, fails the WRITE. A NAK counts only for the
+  // attempt it names (spec 8.14), so a resend that crossed it is NAKed in
+  // turn, as a responder would NAK every packet of the failed message.
+  std::optional<PendingWrite> w = pending_write(s, f, wr_id);
   if (c.check("valid-nak/write-arrives", w.has_value(), "the target's WRITE did not arrive")) {
     s.send(nak_for(*w), 1);
-    const std::optional<TargetCompletion> done = target_completion(s, *f.qp);
+    std::optional<TargetCompletion> done;
+    const auto deadline = Clock::now() + s.timing().reply;
+    while (!done && Clock::now() < deadline) {
+      if (std::vector<TargetCompletion> got = s.control().poll(f.qp->target_qpn, 1, 0); !got.empty()) {
+        done = std::move(got.front());
+        break;
+      }
+      for (const Received& r : s.pump(Clock::now() + std::chrono::milliseconds(2))) {
+        if (!r.is_data(Opcode::Write) || r.packet.data.dst_qpn != f.qp->qpn || r.packet.data.msn != w->msn ||
+            r.packet.data.attempt == w->attempt)
+          continue;
+        w->attempt = r.packet.data.attempt;
+        w->path = r.packet.common.path_id;
+        s.send(nak_for(*w), 1);
+      }
+    }
     c.check("valid-nak", done && done->status == "rem_access_err",
             done ? "the WRITE completed with " + done->status : std::string("the WRITE did not complete"));
   }
@@ -269,6 +294,33 @@ COMPLIANCE_CASE(bad_probe, "C-7e", Stimulus, "Probes and ProbeReplies not of exa
       expect_silent_drop(c, name, kMalformed,
                          [&] { s.send_raw(stamped_with_crc(s, s.probe_body(0, type, seq++, 9), m.apply), 0); });
     }
+  }
+}
+
+// A UD datagram is stamped as spec 6a says a sender stamps it (integrity
+// mode, dst_epoch and packet_number 0), to a QP number the target need not
+// have: the decoder refuses it before any QP is looked up.
+COMPLIANCE_CASE(bad_ud_send, "C-7f", Stimulus,
+                "UD sends with unknown flag bits or shorter than the UD header are dropped unanswered") {
+  Session& s = c.session();
+  constexpr size_t kFlagsOffset = wire::kCommonHeaderBytes + offsetof(wire::UdHeaderWire, flags);
+  const Mutation mutations[] = {
+      {"flag-bit-1", [](std::vector<uint8_t>& b) { b[kFlagsOffset] |= 0x02; }},
+      {"flag-bit-7", [](std::vector<uint8_t>& b) { b[kFlagsOffset] |= 0x80; }},
+      {"shorter-than-ud-header", [](std::vector<uint8_t>& b) { b.resize(wire::kUdHeaderBytes - 1); }},
+  };
+  for (const Mutation& m : mutations) {
+    std::vector<uint8_t> body(wire::kUdHeaderBytes + 16, 0x5a);
+    wire::UdHeader header;
+    header.dst_qpn = 0x7f01;
+    header.src_qpn = 0x7f02;
+    header.qkey = 0x11111111;
+    if (wire::encode_ud(body, wire::Origin(0, s.peer().home_port()), header, 16) == 0)
+      throw CaseAbort("the engine's encoder refused a UD send");
+    wire::stamp_common(body, wire::Security::Integrity, s.peer().epoch(), 0, 0);
+    m.apply(body);
+    raw::append_crc(body);
+    expect_silent_drop(c, std::string("ud-") + m.name, kMalformed, [&] { s.send_raw(body, 0); });
   }
 }
 

@@ -23,11 +23,10 @@ TARGET_PID=
 stop_target() { [[ -z $TARGET_PID ]] || kill "$TARGET_PID" 2>/dev/null || true; }
 at_exit stop_target
 
-# 1400-byte payloads keep datagrams within the links' 1500-byte MTU.
-ip netns exec "${PREFIX}-h1" "$TARGET" --address "$(fab addr h1)" --mtu 1400 >"$WORK/target.out" 2>&1 &
+ip netns exec "${PREFIX}-h1" "$TARGET" --address "$(fab addr h1)" >"$WORK/target.out" 2>&1 &
 TARGET_PID=$!
 for _ in $(seq 1 300); do
-    grep -q '^control ' "$WORK/target.out" && break
+    grep -qs '^control ' "$WORK/target.out" && break
     kill -0 "$TARGET_PID" 2>/dev/null || { cat "$WORK/target.out" >&2; fail "the target exited"; }
     sleep 0.1  # bounded: 30 s for the target to announce its side channel
 done

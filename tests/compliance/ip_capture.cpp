@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #include "ip_capture.h"
+#include "local_address.h"
 
 #include <arpa/inet.h>
-#include <ifaddrs.h>
 #include <linux/filter.h>
 #include <linux/if_ether.h>
 #include <linux/if_packet.h>
@@ -18,28 +18,6 @@ namespace {
 
 constexpr uint8_t kUdp = 17;
 constexpr uint8_t kIpv6Fragment = 44;
-
-// The interface that holds `ip`, or 0.
-unsigned interface_of(const std::string& ip) {
-  sockaddr_storage want;
-  if (!make_address(ip, 0, want)) return 0;
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return 0;
-  unsigned index = 0;
-  for (ifaddrs* a = list; a && index == 0; a = a->ifa_next) {
-    if (!a->ifa_addr || a->ifa_addr->sa_family != want.ss_family) continue;
-    bool same = false;
-    if (want.ss_family == AF_INET)
-      same = reinterpret_cast<const sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr ==
-             reinterpret_cast<const sockaddr_in&>(want).sin_addr.s_addr;
-    else
-      same = std::memcmp(&reinterpret_cast<const sockaddr_in6*>(a->ifa_addr)->sin6_addr,
-                         &reinterpret_cast<const sockaddr_in6&>(want).sin6_addr, 16) == 0;
-    if (same) index = if_nametoindex(a->ifa_name);
-  }
-  freeifaddrs(list);
-  return index;
-}
 
 uint16_t be16_at(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
 

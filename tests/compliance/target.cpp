@@ -34,6 +34,8 @@
 
 #include "control_protocol.h"
 #include "line_channel.h"
+#include "local_address.h"
+#include "metaroce/abi.h"
 #include "runtime.h"
 
 namespace metaroce::compliance {
@@ -82,23 +84,6 @@ const char* state_name(transport::QpState state) {
     case transport::QpState::Error: return "error";
   }
   return "?";
-}
-
-bool parse_address(const std::string& text, uint16_t port, sockaddr_storage& out) {
-  out = {};
-  auto* v4 = reinterpret_cast<sockaddr_in*>(&out);
-  auto* v6 = reinterpret_cast<sockaddr_in6*>(&out);
-  if (inet_pton(AF_INET, text.c_str(), &v4->sin_addr) == 1) {
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(port);
-    return true;
-  }
-  if (inet_pton(AF_INET6, text.c_str(), &v6->sin6_addr) == 1) {
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(port);
-    return true;
-  }
-  return false;
 }
 
 json failure(const std::string& why) { return {{"ok", false}, {"error", why}}; }
@@ -153,7 +138,7 @@ class Target {
 
   json connect(const control::Request& r) {
     sockaddr_storage peer_address;
-    if (!parse_address(r.peer_address, r.peer_home_port, peer_address)) return failure("bad peer_address");
+    if (!make_address(r.peer_address, r.peer_home_port, peer_address)) return failure("bad peer_address");
     const transport::PeerId peer = runtime_->peer_for(peer_address);
     if (peer == 0) return failure("peer_address is not of the target's family");
     transport::QpConfig config;
@@ -331,9 +316,19 @@ class Target {
   uint64_t signals_ = 0;
 };
 
+// The payload whose data packets fit the link of `address` unfragmented, as
+// the verbs provider chooses it (a standard Ethernet frame's when the
+// interface's MTU cannot be read).
+uint32_t payload_for_link_of(const std::string& address) {
+  constexpr uint32_t kEthernetMtu = 1500;
+  const uint32_t link_mtu = interface_mtu(interface_of(address));
+  const bool ipv6 = address.find(':') != std::string::npos;
+  return metaroce_payload_for_link_mtu(link_mtu ? link_mtu : kEthernetMtu, ipv6);
+}
+
 int listen_on(const std::string& address, uint16_t port, uint16_t& bound, std::string& error) {
   sockaddr_storage local;
-  if (!parse_address(address, port, local)) {
+  if (!make_address(address, port, local)) {
     error = "not an IP address: " + address;
     return -1;
   }
@@ -365,7 +360,8 @@ int main(int argc, char** argv) {
   uint32_t mtu = 0;
   app.add_option("--address", address, "local IPv4 or IPv6 address of the endpoint and its side channel");
   app.add_option("--control-port", control_port, "TCP port of the side channel (0: any)");
-  app.add_option("--mtu", mtu, "payload bytes per data packet (default: the engine's); must fit the path MTU")
+  app.add_option("--mtu", mtu,
+                 "payload bytes per data packet (default: what fits the link of --address); must fit the path MTU")
       ->check(CLI::Range(256u, 65000u));
   CLI11_PARSE(app, argc, argv);
 
@@ -375,7 +371,7 @@ int main(int argc, char** argv) {
   options.endpoint.cc.target_queue_delay_ns = 1'000'000;
   options.endpoint.ack_delay_ns = 10'000;
   options.endpoint.min_rto_ns = 4'000'000;
-  if (mtu) options.endpoint.mtu = mtu;
+  options.endpoint.mtu = mtu ? mtu : compliance::payload_for_link_of(address);
   std::string error;
   std::unique_ptr<io::Runtime> runtime = io::Runtime::create(options, error);
   if (!runtime) {

@@ -58,27 +58,6 @@ int open_socket(const sockaddr_storage& local, uint16_t& port, std::string& erro
 
 }  // namespace
 
-bool make_address(const std::string& ip, uint16_t port, sockaddr_storage& out) {
-  out = {};
-  auto* v4 = reinterpret_cast<sockaddr_in*>(&out);
-  auto* v6 = reinterpret_cast<sockaddr_in6*>(&out);
-  if (inet_pton(AF_INET, ip.c_str(), &v4->sin_addr) == 1) {
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(port);
-    return true;
-  }
-  if (inet_pton(AF_INET6, ip.c_str(), &v6->sin6_addr) == 1) {
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(port);
-    return true;
-  }
-  return false;
-}
-
-socklen_t address_length(const sockaddr_storage& address) {
-  return address.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-}
-
 std::unique_ptr<WirePeer> WirePeer::open(const std::string& local_ip, const sockaddr_storage& target,
                                          uint32_t epoch, std::string& error) {
   std::unique_ptr<WirePeer> peer(new WirePeer());

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "local_address.h"
+
 namespace metaroce::compliance {
 
 using Clock = std::chrono::steady_clock;
@@ -85,9 +87,5 @@ class WirePeer {
   uint32_t target_epoch_ = 0;
   std::map<uint32_t, uint32_t> numbers_;  // dst_epoch -> last packet number
 };
-
-// An IP literal and port as a socket address; false when it is not one.
-bool make_address(const std::string& ip, uint16_t port, sockaddr_storage& out);
-socklen_t address_length(const sockaddr_storage& address);
 
 }  // namespace metaroce::compliance

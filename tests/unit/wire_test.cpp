@@ -728,11 +728,68 @@ TEST(WireErrors, BadVersion) {
 
 TEST(WireErrors, BadType) {
   Packet p;
-  for (uint8_t t : {0, 6, 0x7F, 0xFF}) {
+  for (uint8_t t : {0, 7, 0x7F, 0xFF}) {
     Bytes b = valid_write();
     b[1] = t;
     EXPECT_EQ(decode_all(b, p), DecodeStatus::BadType) << int{t};
   }
+}
+
+// docs/spec.md 6a: common header, then {dst_qpn, src_qpn, qkey, imm, flags,
+// reserved[3]} big-endian, then the message.
+TEST(WireGolden, UdSend) {
+  UdHeader h;
+  h.dst_qpn = 0x00012001;
+  h.src_qpn = 0x00034002;
+  h.qkey = 0x11111111;
+  h.imm = 0xA1B2C3D4;
+  h.has_imm = true;
+  Bytes out(kUdHeaderBytes + 3, 0xAA);
+  ASSERT_EQ(encode_ud(out, {0, 0x12BB}, h, 3), kUdHeaderBytes);
+  out[kUdHeaderBytes] = 1;
+  out[kUdHeaderBytes + 1] = 2;
+  out[kUdHeaderBytes + 2] = 3;
+  const Bytes want = {2, 6, 0, 0, 0x12, 0xBB, 0, 0,          // common: version, type, security, path, home port, heard
+                      0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,    //   epochs and packet number (stamped at framing)
+                      0, 1, 0x20, 1, 0, 3, 0x40, 2,          // dst_qpn, src_qpn
+                      0x11, 0x11, 0x11, 0x11,                // qkey
+                      0xA1, 0xB2, 0xC3, 0xD4, 1, 0, 0, 0,    // imm, flags, reserved
+                      1, 2, 3};
+  EXPECT_EQ(out, want);
+  Packet p;
+  ASSERT_EQ(decode_all(want, p), DecodeStatus::Ok);
+  EXPECT_EQ(p.common.type, PacketType::UdSend);
+  EXPECT_EQ(p.common.home_port, 0x12BB);
+  EXPECT_EQ(p.ud.dst_qpn, h.dst_qpn);
+  EXPECT_EQ(p.ud.src_qpn, h.src_qpn);
+  EXPECT_EQ(p.ud.qkey, h.qkey);
+  EXPECT_TRUE(p.ud.has_imm);
+  EXPECT_EQ(p.ud.imm, h.imm);
+  EXPECT_EQ(Bytes(p.payload.begin(), p.payload.end()), (Bytes{1, 2, 3}));
+}
+
+TEST(WireErrors, UdSendTruncatedFlagsAndEmptyMessage) {
+  UdHeader h;
+  h.dst_qpn = 5;
+  Bytes out(kUdHeaderBytes, 0);
+  ASSERT_EQ(encode_ud(out, {0, 4792}, h, 0), kUdHeaderBytes);
+  Packet p;
+  ASSERT_EQ(decode_all(out, p), DecodeStatus::Ok);  // an empty message is a message
+  EXPECT_TRUE(p.payload.empty());
+  EXPECT_FALSE(p.ud.has_imm);
+  for (size_t len = kCommonHeaderBytes; len < kUdHeaderBytes; ++len)
+    EXPECT_EQ(decode_prefix(out, len, p), DecodeStatus::Truncated) << len;
+  Bytes flagged = out;
+  flagged[36] = 0x02;
+  EXPECT_EQ(decode_all(flagged, p), DecodeStatus::BadFlags);
+  // imm without the flag is not immediate data.
+  Bytes stray = out;
+  stray[32] = 0xFF;
+  ASSERT_EQ(decode_all(stray, p), DecodeStatus::Ok);
+  EXPECT_FALSE(p.ud.has_imm);
+  EXPECT_EQ(p.ud.imm, 0u);
+  EXPECT_EQ(encode_ud(std::span<uint8_t>(out.data(), kUdHeaderBytes - 1), {0, 4792}, h, 0), 0u);
+  EXPECT_EQ(encode_ud(out, {0, 4792}, h, 1), 0u);
 }
 
 TEST(WireErrors, BadPathInCommonHeader) {
