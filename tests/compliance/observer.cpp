@@ -111,9 +111,10 @@ void Observer::inspect(const Datagram& d) {
 
 void Observer::check_common(const Datagram&, std::span<const uint8_t> body) {
   const raw::Common c = *raw::read_common(body);
-  if (c.type >= 1 && c.type <= 5) ++seen_.types[c.type];
+  const bool known_type = c.type >= raw::kTypeData && c.type <= raw::kTypeUdSend;
+  if (known_type) ++seen_.types[c.type];
   if (c.version != raw::kWireVersion) file("C-2a", "version byte " + std::to_string(c.version));
-  if (c.type < 1 || c.type > 5) file("C-2a", "type byte " + std::to_string(c.type));
+  if (!known_type) file("C-2a", "type byte " + std::to_string(c.type));
   if (c.security != expect_.security)
     file("C-2a", "security byte " + std::to_string(c.security) + " in a target of mode " +
                      std::to_string(expect_.security));
@@ -121,6 +122,12 @@ void Observer::check_common(const Datagram&, std::span<const uint8_t> body) {
   if (c.home_port != expect_.target_home_port)
     file("C-2a", "home_port " + std::to_string(c.home_port) + " is not the target's " +
                      std::to_string(expect_.target_home_port));
+  if (c.type == raw::kTypeUdSend) {
+    // Spec 6a: belongs to no connection, so no epochs or packet numbers of one.
+    if (c.path_id != 0 || c.dst_epoch != 0 || c.packet_number != 0)
+      file("C-2a", "a UD send with path_id, dst_epoch or packet_number not 0");
+    return;
+  }
   if (c.src_epoch == 0) file("C-2a", "src_epoch 0");
   if (target_epoch_ == 0) target_epoch_ = c.src_epoch;
   if (c.src_epoch != target_epoch_)

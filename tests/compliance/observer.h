@@ -42,7 +42,7 @@ class Observer {
   // What the target was seen to send.
   struct Seen {
     uint64_t datagrams = 0;
-    std::array<uint64_t, 6> types{};     // by common.type (1..5)
+    std::array<uint64_t, 7> types{};     // by common.type (1..6)
     std::array<uint64_t, 9> opcodes{};   // data packets by opcode
     std::array<uint64_t, 6> nak_kinds{}; // by kind (1..5)
     uint64_t retransmits = 0;            // data packets flagged RETRANSMIT

@@ -34,6 +34,7 @@ inline constexpr uint8_t kTypeAck = 2;
 inline constexpr uint8_t kTypeNak = 3;
 inline constexpr uint8_t kTypeProbe = 4;
 inline constexpr uint8_t kTypeProbeReply = 5;
+inline constexpr uint8_t kTypeUdSend = 6;
 inline constexpr uint8_t kPathLimit = 64;
 
 // Data header (section 3.1) and extensions (3.2).
