@@ -28,6 +28,7 @@ PostResult QueuePair::post_send(const SendWr& wr) {
   OutboundMessage m;
   m.wr_id = wr.wr_id;
   m.signaled = wr.signaled;
+  m.fence = wr.fence;
   m.length = static_cast<uint32_t>(length);
   m.remote_addr = wr.remote_addr;
   m.rkey = wr.rkey;
@@ -89,6 +90,15 @@ PostResult QueuePair::post_send(const SendWr& wr) {
   return PostResult::Ok;
 }
 
+// A fenced message waits for every earlier READ and atomic to complete (IB's
+// fence indicator), as does everything posted after it.
+bool QueuePair::fenced(size_t index) const {
+  if (!send_queue_[index].fence) return false;
+  for (size_t i = 0; i < index; ++i)
+    if (send_queue_[i].needs_response() && !send_queue_[i].done) return true;
+  return false;
+}
+
 bool QueuePair::has_new_chunks() const {
   if (state_ == QpState::Error || state_ == QpState::Reset) return false;
   for (const auto& [msn, response] : responses_)
@@ -98,6 +108,7 @@ bool QueuePair::has_new_chunks() const {
     const OutboundMessage& m = send_queue_[i];
     if (m.rnr_wait) return false;
     if (!m.all_sent()) {
+      if (fenced(i)) return false;
       return !(m.needs_response() && !m.holds_rd_atomic &&
                reads_atomics_in_flight_ >= config_.max_rd_atomic);
     }
@@ -122,6 +133,7 @@ bool QueuePair::next_new_chunk(ChunkRef& ref) {
       ++send_cursor_;
       continue;
     }
+    if (fenced(send_cursor_)) return false;
     if (m.needs_response() && !m.holds_rd_atomic) {
       if (reads_atomics_in_flight_ >= config_.max_rd_atomic) return false;
       ++reads_atomics_in_flight_;

@@ -41,6 +41,7 @@ int convert(const Qp& qp, const ibv_send_wr& wr, transport::SendWr& s) {
     total += wr.sg_list[i].length;
   }
   s.signaled = (wr.send_flags & IBV_SEND_SIGNALED) || qp.sq_sig_all;
+  s.fence = wr.send_flags & IBV_SEND_FENCE;
   // IBV_SEND_INLINE only means something for SEND and RDMA WRITE.
   if ((wr.send_flags & IBV_SEND_INLINE) && may_inline) {
     if (total > qp.cap.max_inline_data) return EINVAL;
