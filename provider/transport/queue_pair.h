@@ -157,6 +157,7 @@ class QueuePair {
   // posted receives in order, or, with an SRQ, WQEs taken from it for the
   // ordinals in order. Null when none is there (RNR) or `index` is consumed.
   const RecvWr* receive_for(uint32_t index);
+  void write_chunk(uint32_t msn, uint64_t dest, std::span<const uint8_t> payload);
   std::optional<RequestFailure> place_request_chunk(const wire::Packet& packet, InboundMessage& message,
                                                     uint32_t chunk);
   Verdict on_duplicate_request(const wire::Packet& packet);
