@@ -171,7 +171,7 @@ class QueuePair {
   void queue_atomic_response(uint32_t msn, uint64_t original);
   void advance_requester();
   // Sends every chunk of m again as a new attempt.
-  bool fenced(size_t index) const;
+  bool held(size_t index) const;
   void restart(OutboundMessage& m, size_t index);
   void release_rd_atomic(OutboundMessage& m);
   // Marks m finished with `status` (it completes in posting order).

@@ -192,6 +192,62 @@ TEST_P(Fence, AFencedWriteWaitsForTheReadBeforeIt) {
 INSTANTIATE_TEST_SUITE_P(WithAndWithout, Fence, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "Fenced" : "Unfenced"; });
 
+// A READ or atomic never observes a WRITE posted after it on its QP, as a
+// responder executing requests in order guarantees; the WRITE still lands.
+TEST_F(VerbsSemantics, AReadNeverSeesAWritePostedAfterIt) {
+  make(0.01);
+  constexpr uint32_t kBytes = 2 << 20;  // longer in flight than a round trip
+  const std::vector<uint8_t> before(bbuf_.begin(), bbuf_.begin() + kBytes);
+  SendWr read;
+  read.wr_id = 1;
+  read.opcode = WrOpcode::RdmaRead;
+  read.num_sge = 1;
+  read.sg[0] = {addr(abuf_.data()), kBytes, akey_};
+  read.remote_addr = addr(bbuf_.data());
+  read.rkey = bkey_;
+  ASSERT_EQ(a().post_send(qp_.qp_a, read), PostResult::Ok);
+  // Overwrites what the READ reads, from another part of A's buffer.
+  ASSERT_EQ(a().post_send(qp_.qp_a, write(2, kBytes, kBytes, 0)), PostResult::Ok);
+  const auto done = wait(a(), qp_.cq_a, 2);
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].status, WcStatus::Success);
+  EXPECT_EQ(done[1].status, WcStatus::Success);
+  EXPECT_EQ(std::memcmp(abuf_.data(), before.data(), kBytes), 0) << "the READ saw the later WRITE";
+  EXPECT_EQ(std::memcmp(bbuf_.data(), abuf_.data() + kBytes, kBytes), 0);
+}
+
+TEST_F(VerbsSemantics, AnAtomicNeverSeesAWritePostedAfterIt) {
+  make(0);
+  uint64_t target = 1000;
+  const uint32_t tkey = *b().memory().register_region(kPd, addr(&target), sizeof target, kAllAccess);
+  uint64_t original = 0, replacement = 5;
+  const uint32_t okey = *a().memory().register_region(kPd, addr(&original), sizeof original, kAllAccess);
+  const uint32_t rkey = *a().memory().register_region(kPd, addr(&replacement), sizeof replacement, kAllAccess);
+  SendWr add;
+  add.wr_id = 1;
+  add.opcode = WrOpcode::FetchAdd;
+  add.num_sge = 1;
+  add.sg[0] = {addr(&original), 8, okey};
+  add.remote_addr = addr(&target);
+  add.rkey = tkey;
+  add.compare_add = 1;
+  ASSERT_EQ(a().post_send(qp_.qp_a, add), PostResult::Ok);
+  SendWr overwrite;
+  overwrite.wr_id = 2;
+  overwrite.opcode = WrOpcode::RdmaWrite;
+  overwrite.num_sge = 1;
+  overwrite.sg[0] = {addr(&replacement), 8, rkey};
+  overwrite.remote_addr = addr(&target);
+  overwrite.rkey = tkey;
+  ASSERT_EQ(a().post_send(qp_.qp_a, overwrite), PostResult::Ok);
+  const auto done = wait(a(), qp_.cq_a, 2);
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].status, WcStatus::Success);
+  EXPECT_EQ(done[1].status, WcStatus::Success);
+  EXPECT_EQ(original, 1000u);  // fetched before the WRITE
+  EXPECT_EQ(target, 5u);       // the WRITE came last
+}
+
 TEST_F(VerbsSemantics, CompletionsFollowPostingOrderThoughDataLandsOutOfOrder) {
   make(0.05);
   RecvWr recv;
