@@ -39,8 +39,10 @@ struct Received {
 // Sends scripted datagrams at scripted times; records what it receives.
 class ScriptHost : public Host {
  public:
-  void send_at(Time t, NodeId dst, uint16_t sport, uint16_t dport, size_t size, uint32_t seq = 0) {
+  void send_at(Time t, NodeId dst, uint16_t sport, uint16_t dport, size_t size, uint32_t seq = 0,
+               uint16_t egress = 0) {
     Datagram d = make_datagram(dst, sport, dport, size, seq);
+    d.egress = egress;
     auto pos = std::upper_bound(outbox_.begin(), outbox_.end(), t,
                                 [](Time v, const auto& e) { return v < e.first; });
     outbox_.insert(pos, {t, std::move(d)});
