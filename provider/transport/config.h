@@ -31,8 +31,9 @@ struct EndpointConfig {
   uint32_t mtu = 4096;                 // payload bytes per data packet
   uint64_t path_rate_bps = 100'000'000'000;  // line rate per path: pacing ceiling, initial window
   uint64_t inbound_capacity_bps = 0;   // receiver rate hint total; 0 = paths * path_rate_bps
-  // The rate hint hands out this fraction of the inbound capacity, so that a
-  // queue built by the first RTT of an incast drains instead of standing.
+  // With several senders the rate hint hands out this fraction of the
+  // inbound capacity, so that a queue built by the first RTT of an incast
+  // drains instead of standing; a lone sender is given all of it.
   double rate_hint_utilization = 0.95;
   Time base_rtt_ns = 8'000;            // RTT before the first sample
   Time min_rto_ns = 0;                 // 0 = 4 * base RTT

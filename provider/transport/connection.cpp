@@ -408,8 +408,13 @@ bool Connection::ack_due(Time now) const {
 }
 
 uint32_t Connection::rate_hint_mbps(Time now) const {
-  const double capacity = endpoint_.config().rate_hint_utilization * static_cast<double>(endpoint_.inbound_capacity_bps());
-  const uint64_t share = static_cast<uint64_t>(capacity / static_cast<double>(std::max<size_t>(1, endpoint_.active_senders(now))));
+  // A lone sender is given the whole capacity: its own ECN and delay
+  // response keep its queue short. Among several, the hint hands out the
+  // utilization share so that the queue their first RTT built drains.
+  const size_t senders = std::max<size_t>(1, endpoint_.active_senders(now));
+  const double utilization = senders > 1 ? endpoint_.config().rate_hint_utilization : 1.0;
+  const double capacity = utilization * static_cast<double>(endpoint_.inbound_capacity_bps());
+  const uint64_t share = static_cast<uint64_t>(capacity / static_cast<double>(senders));
   return static_cast<uint32_t>(std::min<uint64_t>(share / 1'000'000, UINT32_MAX));
 }
 
