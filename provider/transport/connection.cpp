@@ -39,6 +39,28 @@ Connection::Connection(Endpoint& endpoint, PeerId peer)
   for (uint16_t i = 0; i < count; ++i) {
     paths_.emplace_back(i, config.base_rtt_ns, params);
     paths_.back().stats.path_id = i;
+    paths_.back().stats.plane = endpoint.plane_of_path(i);
+    if (!endpoint.plane_up(paths_.back().stats.plane)) paths_.back().health = PathHealth::Failed;
+  }
+}
+
+void Connection::on_plane_change(Time now, uint16_t plane, bool up) {
+  for (SendPath& path : paths_) {
+    if (path.stats.plane != plane) continue;
+    if (up) {
+      // Probed at once: the NIC is back, the fabric behind it may not be.
+      path.health = PathHealth::Failed;
+      path.probe_interval = endpoint_.probe_interval();
+      path.probe_at = now;
+      continue;
+    }
+    for (TxRecord& record : path.records)
+      if (record.state == TxRecord::State::InFlight) declare_lost(path, record);
+    path.health = PathHealth::Failed;
+    path.probe_at = kNever;  // until the plane is up
+    path.rto_deadline = kNever;
+    path.rewinding = false;
+    ++endpoint_.counters_.plane_drains;
   }
 }
 
@@ -284,7 +306,9 @@ void Connection::on_probe_reply(Time now, const wire::Packet& packet) {
   const uint16_t id = packet.common.path_id;
   if (id >= paths_.size()) return;
   SendPath& path = paths_[id];
-  if (path.health != PathHealth::Failed || packet.probe.probe_seq != path.probe_seq) return;
+  if (path.health != PathHealth::Failed || packet.probe.probe_seq != path.probe_seq ||
+      !endpoint_.plane_up(path.stats.plane))
+    return;
   path.health = PathHealth::Active;
   path.consecutive_rtos = 0;
   path.probe_at = kNever;
@@ -383,7 +407,7 @@ void Connection::retry_timeout(Time now) {
 void Connection::on_timer(Time now) {
   for (SendPath& path : paths_) {
     if (path.rto_deadline <= now) path_timeout(now, path);
-    if (path.health == PathHealth::Failed && path.probe_at <= now) {
+    if (path.health == PathHealth::Failed && path.probe_at <= now && endpoint_.plane_up(path.stats.plane)) {
       Control probe;
       probe.type = wire::PacketType::Probe;
       probe.path_id = path.id;
@@ -457,7 +481,7 @@ size_t Connection::send_ack(Time now, std::span<uint8_t> out, uint16_t& path_id)
   // path is hashed independently and may be dead while its forward direction
   // works, and every ACK repeats the cumulative state, so a dead reverse path
   // then costs a fraction of the ACKs rather than all ACKs of a busy path.
-  const uint16_t ack_path = rocev2() ? 0 : static_cast<uint16_t>(ack_path_cursor_++ % std::max<uint16_t>(rx_path_count_, 1));
+  const uint16_t ack_path = rocev2() ? 0 : next_ack_path();
   const size_t length = wire::encode_ack(out, origin(ack_path), ack);
   if (length == 0) return 0;
   dirty_paths_ = remaining;
@@ -469,6 +493,15 @@ size_t Connection::send_ack(Time now, std::span<uint8_t> out, uint16_t& path_id)
   path_id = ack_path;
   ++endpoint_.counters_.tx_acks;
   return length;
+}
+
+uint16_t Connection::next_ack_path() {
+  const uint16_t count = std::max<uint16_t>(rx_path_count_, 1);
+  for (uint16_t tried = 0; tried < count; ++tried) {
+    const auto id = static_cast<uint16_t>(ack_path_cursor_++ % count);
+    if (endpoint_.plane_up(endpoint_.plane_of_path(id))) return id;
+  }
+  return static_cast<uint16_t>(ack_path_cursor_++ % count);  // every plane down: nothing gets through anyway
 }
 
 bool Connection::path_has_room(const SendPath& path, uint32_t bytes) const {
@@ -648,7 +681,7 @@ size_t Connection::poll_transmit(Time now, std::span<uint8_t> out, uint16_t& pat
       // The reply names the probed path in its header but leaves from the
       // next slot in the ACK rotation: the probe proved the forward
       // direction; the probed slot's reverse direction may be the dead one.
-      path_id = static_cast<uint16_t>(ack_path_cursor_++ % std::max<uint16_t>(rx_path_count_, 1));
+      path_id = next_ack_path();
     }
     return wire::encode_probe(out, origin(c.path_id), c.type, c.probe);
   }

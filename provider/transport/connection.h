@@ -40,6 +40,7 @@ class Connection {
   Time next_wakeup() const;
 
   void queue_nak(uint16_t path_id, const wire::Nak& nak);
+  void on_plane_change(Time now, uint16_t plane, bool up);
   void on_message_completed() { ack_now_ = true; }
   void set_congestion(const CongestionParams& params);
 
@@ -125,6 +126,8 @@ class Connection {
   size_t send_rewind(Time now, SendPath& path, std::span<uint8_t> out);
   size_t send_ack(Time now, std::span<uint8_t> out, uint16_t& path_id);
   bool ack_due(Time now) const;
+  // The next path in the ACK rotation whose plane is up.
+  uint16_t next_ack_path();
   uint32_t rate_hint_mbps(Time now) const;
 
   Endpoint& endpoint_;

@@ -36,6 +36,7 @@ struct EndpointCounters {
   uint64_t rto_expirations = 0;
   uint64_t path_failures = 0;
   uint64_t path_recoveries = 0;
+  uint64_t plane_drains = 0;             // paths drained because their plane went down
   uint64_t go_back_n = 0;                // rocev2 profile: rewinds
   uint64_t atomics_executed = 0;
   uint64_t atomic_replays = 0;           // duplicate atomic answered from the result cache
@@ -47,6 +48,7 @@ const char* to_string(PathHealth health);
 
 struct PathSnapshot {
   uint16_t path_id = 0;
+  uint16_t plane = 0;
   PathHealth health = PathHealth::Active;
   uint64_t packets_sent = 0;
   uint64_t bytes_sent = 0;

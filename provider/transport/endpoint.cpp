@@ -19,6 +19,7 @@ Endpoint::Endpoint(const EndpointConfig& config) : config_(config) {
   config_.mtu = std::clamp<uint32_t>(config_.mtu, 256, 65536 - 128);
   if (config_.profile == Profile::RoCEv2) config_.paths = 1;
   config_.paths = std::clamp<uint16_t>(config_.paths, 1, wire::kMaxPaths);
+  config_.planes = std::clamp<uint16_t>(config_.planes, 1, config_.paths);
   config_.ack_every_packets = std::max<uint32_t>(config_.ack_every_packets, 1);
   config_.max_outstanding_messages = std::max<uint32_t>(config_.max_outstanding_messages, 1);
   // A burst longer than a fraction of the RTO would look like a stall.
@@ -60,6 +61,13 @@ size_t Endpoint::active_senders(Time now) const {
   for (const auto& [peer, connection] : connections_)
     if (connection->sending_to_us(now)) ++count;
   return count;
+}
+
+void Endpoint::set_plane_up(Time now, uint16_t plane, bool up) {
+  if (plane >= config_.planes || up == plane_up(plane)) return;
+  if (up) planes_down_ &= ~(uint64_t{1} << plane);
+  else planes_down_ |= uint64_t{1} << plane;
+  for (auto& [peer, connection] : connections_) connection->on_plane_change(now, plane, up);
 }
 
 void Endpoint::set_congestion(const CongestionConfig& cc) {
@@ -253,7 +261,7 @@ std::optional<TxDatagram> Endpoint::poll_transmit(Time now, std::span<uint8_t> b
     const size_t length = start->second->poll_transmit(now, buf, path_id);
     if (length > 0) {
       tx_cursor_ = start->first;
-      return TxDatagram{start->first, path_id, static_cast<uint32_t>(length)};
+      return TxDatagram{start->first, path_id, plane_of_path(path_id), static_cast<uint32_t>(length)};
     }
     ++start;
   }

@@ -39,6 +39,7 @@ class QueuePair;
 struct TxDatagram {
   PeerId peer = 0;
   uint16_t path_id = 0;  // the driver sends from its socket (source port) for this path
+  uint16_t plane = 0;    // ... through its NIC on this plane (path_id % planes)
   uint32_t length = 0;   // bytes written to the buffer given to poll_transmit
 };
 
@@ -106,6 +107,13 @@ class Endpoint {
   void set_congestion(const CongestionConfig& cc);
   // Added for metaroced: the receiver rate hint's share, applied from the next ACK.
   void set_rate_hint_utilization(double utilization) { config_.rate_hint_utilization = utilization; }
+  // The driver saw the plane's NIC go down (or come back up). Down: every
+  // path on it is drained at once, its packets in flight are resent on the
+  // other planes, and nothing is sent on it (ACKs included) until it is up;
+  // up: its paths are probed before they carry data again.
+  void set_plane_up(Time now, uint16_t plane, bool up);
+  bool plane_up(uint16_t plane) const { return plane >= 64 || ((planes_down_ >> plane) & 1) == 0; }
+  uint16_t plane_of_path(uint16_t path_id) const { return static_cast<uint16_t>(path_id % config_.planes); }
 
   // Configuration with defaults resolved.
   CongestionParams congestion_params() const;
@@ -136,6 +144,7 @@ class Endpoint {
   uint32_t next_cq_ = 1;
   uint32_t next_qpn_index_ = 0;
   PeerId tx_cursor_ = 0;  // round-robin start among connections
+  uint64_t planes_down_ = 0;  // bit per plane
   // Decoded form of the datagram being handled, kept between calls: a
   // Packet is over 1 KB, and zeroing a fresh one per datagram cost more than
   // decoding it. decode() writes every member that the packet's type uses.
