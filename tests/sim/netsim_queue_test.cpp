@@ -97,6 +97,43 @@ TEST(NetsimQueuedLink, TxRingHoldsTheHostInsteadOfDroppingAtItsNic) {
   }
 }
 
+TEST(NetsimQueuedLink, AHostHeldByItsRingStillRunsItsTimers) {
+  // A host with always more to send keeps its ring full; its overdue timers
+  // (an engine's retransmission and probe timers) must still run, every
+  // 500 ns at worst, and without spinning at one instant.
+  class Busy : public Host {
+   public:
+    explicit Busy(NodeId dst) : dst_(dst) {}
+    void receive(Time, Datagram&&) override {}
+    void on_timer(Time now) override { timers.push_back(now); }
+    bool transmit(Time, Datagram& out) override {
+      out = make_datagram(dst_, 1, 1, 1'000, sent++);
+      return true;
+    }
+    Time next_wakeup() const override { return 0; }  // always overdue
+    std::vector<Time> timers;
+    uint32_t sent = 0;
+
+   private:
+    NodeId dst_;
+  };
+  Simulator sim(1);
+  ScriptHost sink;
+  const NodeId S = sim.add_host(sink);
+  Busy busy(S);
+  const NodeId B = sim.add_host(busy);
+  LinkParams p = rate_link(k100G, 1'000);
+  p.queue_bytes = uint64_t{1} << 30;
+  sim.add_route(B, S, {sim.add_link(B, S, p)});
+  sim.set_tx_ring(B, 16'000);
+  sim.run_until(100'000);
+  ASSERT_GT(busy.timers.size(), 150u);
+  for (size_t i = 1; i < busy.timers.size(); ++i) EXPECT_LE(busy.timers[i] - busy.timers[i - 1], 1'000u) << i;
+  // 100 us at 100G is 1250 frames: a few events each, plus the timers.
+  EXPECT_GT(busy.sent, 1'200u);
+  EXPECT_LT(sim.events_processed(), 1'250u * 6 + 400);
+}
+
 TEST(NetsimRouting, EgressSelectsTheHostsNic) {
   Simulator sim(1);
   ScriptHost a, b;

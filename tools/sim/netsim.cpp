@@ -43,6 +43,8 @@ inline uint64_t div_u128(u128 num, uint64_t den, uint64_t* rem) {
 
 Time saturating_add(Time a, Time b) { return a > kNever - b ? kNever : a + b; }
 
+constexpr Time kHeldHostTimerNs = 500;
+
 // The first whole nanosecond at or after busy_ps + busy_frac / rate.
 Time ceil_ns(uint64_t busy_ps, uint64_t busy_frac) {
   return busy_ps / kPsPerNs + ((busy_ps % kPsPerNs != 0 || busy_frac != 0) ? 1 : 0);
@@ -339,9 +341,10 @@ void Simulator::poll(NodeId node) {
 void Simulator::schedule_timer(NodeId node, Time wakeup) {
   if (wakeup == kNever) return;  // a live earlier event re-checks when it fires
   Node& n = nodes_[node];
-  // A host held by its full ring gets a poll when the ring drains; asking
-  // again now would only spin.
-  if (n.tx_blocked && wakeup <= now_) return;
+  // A host held by its full ring is polled when the ring drains; its
+  // overdue timers (retransmission, probes) run at most every
+  // kHeldHostTimerNs meanwhile, rather than in a loop at one instant.
+  if (n.tx_blocked && wakeup <= now_) wakeup = now_ + kHeldHostTimerNs;
   Time target = wakeup;
   if (wakeup <= now_) {
     // "Poll again now" — but at most one on_timer per host per ns, so a host
