@@ -359,20 +359,23 @@ void Connection::path_timeout(Time now, SendPath& path) {
     path.rewinding = true;
     path.rewind_seq = path.first_seq;
     ++endpoint_.counters_.go_back_n;
-  } else if (!any_peer_rx_ || now - last_peer_rx_ >= path.rtt.rto(endpoint_.min_rto(), endpoint_.config().max_rto_ns)) {
-    // Nothing at all came back from the peer for a whole RTO: the peer or
-    // this host stalled (a busy CPU, a long scheduling delay) or every path
-    // is down, which no choice of path repairs. Resend the oldest packet, as
-    // TCP does on a timeout, to learn which, and leave the path's health and
-    // the rest of its flight alone: an ACK then resumes at full speed, and a
-    // dead peer is the retry timer's to find.
+  } else if (!peer_answered_after_oldest_inflight(path)) {
+    // Nothing at all came back from the peer since this path's oldest packet
+    // in flight left: the peer or this host stalled (a busy CPU, a long
+    // scheduling delay) or every path is down, which no choice of path
+    // repairs. Resend the oldest packet, as TCP does on a timeout, to learn
+    // which, and leave the path's health and the rest of its flight alone:
+    // an ACK then resumes at full speed, and a dead peer is the retry
+    // timer's to find.
     for (TxRecord& record : path.records) {
       if (record.state != TxRecord::State::InFlight) continue;
       declare_lost(path, record);
       break;
     }
   } else {
-    // The peer answers on other paths: this one is losing everything.
+    // The peer answered after this path's packets left: they were lost (an
+    // incast that overflowed a queue, a dead path), and a timeout that only
+    // resent the oldest would leave the rest holding the connection window.
     for (TxRecord& record : path.records)
       if (record.state == TxRecord::State::InFlight) declare_lost(path, record);
     const EndpointConfig& config = endpoint_.config();
@@ -388,6 +391,13 @@ void Connection::path_timeout(Time now, SendPath& path) {
     }
   }
   path.rto_deadline = path.inflight_bytes > 0 || path.rewinding ? now + rto(path) : kNever;
+}
+
+bool Connection::peer_answered_after_oldest_inflight(const SendPath& path) const {
+  if (!any_peer_rx_) return false;
+  for (const TxRecord& record : path.records)
+    if (record.state == TxRecord::State::InFlight) return last_peer_rx_ > record.sent;
+  return false;
 }
 
 void Connection::retry_timeout(Time now) {

@@ -107,6 +107,7 @@ class Connection {
   void declare_lost(SendPath& path, TxRecord& record);
   void trim(SendPath& path);
   void path_timeout(Time now, SendPath& path);
+  bool peer_answered_after_oldest_inflight(const SendPath& path) const;
   void retry_timeout(Time now);
   void note_progress(Time now);
   Time rto(const SendPath& path) const;
