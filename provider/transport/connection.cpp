@@ -91,8 +91,26 @@ Time Connection::rto(const SendPath& path) const {
 
 wire::Origin Connection::origin(uint16_t path_id) const { return {path_id, endpoint_.config().home_port}; }
 
-bool Connection::sending_to_us(Time now) const {
-  return any_data_rx_ && now - last_data_rx_ <= 4 * endpoint_.config().base_rtt_ns + endpoint_.ack_delay();
+Time Connection::activity_window() const { return 4 * endpoint_.config().base_rtt_ns + endpoint_.ack_delay(); }
+
+bool Connection::sending_to_us(Time now) const { return any_data_rx_ && now - last_data_rx_ <= activity_window(); }
+
+void Connection::count_rx_bytes(Time now, uint64_t bytes) {
+  const Time window = activity_window();
+  if (now - rx_window_start_ >= window) {
+    rx_prev_window_bytes_ = now - rx_window_start_ < 2 * window ? rx_window_bytes_ : 0;
+    rx_window_bytes_ = 0;
+    rx_window_start_ = now;
+  }
+  rx_window_bytes_ += bytes;
+}
+
+double Connection::recent_rx_rate_bps(Time now) const {
+  const Time window = activity_window();
+  const Time elapsed = now - rx_window_start_;
+  if (elapsed >= 2 * window) return 0;
+  if (elapsed >= window) return static_cast<double>(rx_window_bytes_) * 8e9 / static_cast<double>(elapsed);
+  return static_cast<double>(rx_prev_window_bytes_ + rx_window_bytes_) * 8e9 / static_cast<double>(window + elapsed);
 }
 
 // --- receive ---------------------------------------------------------------
@@ -192,6 +210,7 @@ void Connection::on_data(Time now, const wire::Packet& p, bool ce_marked) {
   rx_path_count_ = std::max<uint16_t>(rx_path_count_, static_cast<uint16_t>(path_id + 1));
   last_data_rx_ = now;
   any_data_rx_ = true;
+  count_rx_bytes(now, wire::kDataHeaderBytes + p.payload.size());
 }
 
 void Connection::on_ack(Time now, const wire::Ack& ack) {
@@ -442,14 +461,7 @@ bool Connection::ack_due(Time now) const {
 }
 
 uint32_t Connection::rate_hint_mbps(Time now) const {
-  // A lone sender is given the whole capacity: its own ECN and delay
-  // response keep its queue short. Among several, the hint hands out the
-  // utilization share so that the queue their first RTT built drains.
-  const size_t senders = std::max<size_t>(1, endpoint_.active_senders(now));
-  const double utilization = senders > 1 ? endpoint_.config().rate_hint_utilization : 1.0;
-  const double capacity = utilization * static_cast<double>(endpoint_.inbound_capacity_bps());
-  const uint64_t share = static_cast<uint64_t>(capacity / static_cast<double>(senders));
-  return static_cast<uint32_t>(std::min<uint64_t>(share / 1'000'000, UINT32_MAX));
+  return static_cast<uint32_t>(std::min<uint64_t>(endpoint_.rate_hint_bps(now) / 1'000'000, UINT32_MAX));
 }
 
 size_t Connection::send_ack(Time now, std::span<uint8_t> out, uint16_t& path_id) {

@@ -44,8 +44,10 @@ class Connection {
   void on_message_completed() { ack_now_ = true; }
   void set_congestion(const CongestionParams& params);
 
-  // For the receiver's rate hint: did this peer send us data recently?
+  // For the receiver's rate hint: did this peer send us data recently, and
+  // at what rate (data packets' bytes over the last one to two windows)?
   bool sending_to_us(Time now) const;
+  double recent_rx_rate_bps(Time now) const;
   std::vector<PathSnapshot> snapshots() const;
 
  private:
@@ -127,6 +129,8 @@ class Connection {
   size_t send_rewind(Time now, SendPath& path, std::span<uint8_t> out);
   size_t send_ack(Time now, std::span<uint8_t> out, uint16_t& path_id);
   bool ack_due(Time now) const;
+  Time activity_window() const;  // 4 base RTTs + ACK delay
+  void count_rx_bytes(Time now, uint64_t bytes);
   // The next path in the ACK rotation whose plane is up.
   uint16_t next_ack_path();
   uint32_t rate_hint_mbps(Time now) const;
@@ -160,6 +164,8 @@ class Connection {
   uint32_t ack_path_cursor_ = 0;
   Time last_data_rx_ = 0;
   bool any_data_rx_ = false;
+  Time rx_window_start_ = 0;
+  uint64_t rx_window_bytes_ = 0, rx_prev_window_bytes_ = 0;
 
   std::deque<Control> control_;
 };

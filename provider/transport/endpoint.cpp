@@ -63,6 +63,26 @@ size_t Endpoint::active_senders(Time now) const {
   return count;
 }
 
+uint64_t Endpoint::rate_hint_bps(Time now) const {
+  const double capacity = static_cast<double>(inbound_capacity_bps());
+  const size_t senders = std::max<size_t>(1, active_senders(now));
+  const double equal = capacity / static_cast<double>(senders);
+  double light_bps = 0;
+  size_t light = 0;
+  for (const auto& [peer, connection] : connections_) {
+    if (!connection->sending_to_us(now)) continue;
+    const double rate = connection->recent_rx_rate_bps(now);
+    if (rate < equal / 2) {
+      light_bps += rate;
+      ++light;
+    }
+  }
+  const size_t heavy = senders - light;
+  const double utilization = heavy > 1 || (heavy == 0 && senders > 1) ? config_.rate_hint_utilization : 1.0;
+  if (heavy == 0) return static_cast<uint64_t>(utilization * equal);
+  return static_cast<uint64_t>(std::max(0.0, utilization * capacity - light_bps) / static_cast<double>(heavy));
+}
+
 void Endpoint::set_plane_up(Time now, uint16_t plane, bool up) {
   if (plane >= config_.planes || up == plane_up(plane)) return;
   if (up) planes_down_ &= ~(uint64_t{1} << plane);

@@ -123,6 +123,14 @@ class Endpoint {
   uint64_t inbound_capacity_bps() const;
   // Peers that sent us data recently: the receiver's rate hint divides among them.
   size_t active_senders(Time now) const;
+  // What the rate hint grants each of them: the inbound capacity shared
+  // max-min fairly. A peer sending less than half an equal share (control
+  // traffic, a stream's credits) keeps what it uses and the others divide
+  // the rest; every peer is granted the same rate, so a light one may grow
+  // into a share. With two or more heavy peers only rate_hint_utilization of
+  // the capacity is handed out, so that the queue their first RTT built
+  // drains; a lone heavy peer is given all of it.
+  uint64_t rate_hint_bps(Time now) const;
 
  private:
   friend class Connection;

@@ -44,6 +44,25 @@ TEST(Collective, EveryTransportReducesAndCopiesEveryByte) {
   }
 }
 
+TEST(Collective, RingAllReduceRunsAtLineRateWithItsCreditsFlowingBack) {
+  // Every rank receives slices from its predecessor and slot credits from
+  // its successor: the credits must not halve the data's rate hint.
+  const CollectiveResult r = run_collective(small(ClusterTransport::MetaRoCE, Workload::AllReduce, 16 << 20));
+  ASSERT_TRUE(r.completed && r.data_intact);
+  EXPECT_GT(r.busbw_gbps, 0.85 * kPayloadLineGbps);
+}
+
+TEST(Collective, AllReduceUnderOnePercentLossStaysNearItsLosslessTime) {
+  const uint64_t bytes = 32 << 20;
+  const CollectiveResult clean = run_collective(small(ClusterTransport::MetaRoCE, Workload::AllReduce, bytes));
+  const CollectiveResult lossy = run_collective(small(ClusterTransport::MetaRoCE, Workload::AllReduce, bytes, 1, 0.01));
+  const CollectiveResult roce = run_collective(small(ClusterTransport::RoCEv2, Workload::AllReduce, bytes, 1, 0.01));
+  ASSERT_TRUE(clean.data_intact && lossy.data_intact && roce.data_intact);
+  EXPECT_GT(lossy.retransmits, 0u);
+  EXPECT_LT(lossy.completion_ns, 1.1 * clean.completion_ns);
+  EXPECT_GT(roce.completion_ns, 1.8 * lossy.completion_ns);
+}
+
 TEST(Collective, AllToAllSprayingBeatsEcmpOnALosslessFabric) {
   const uint64_t bytes = 4 << 20;
   const CollectiveResult meta = run_collective(small(ClusterTransport::MetaRoCE, Workload::AllToAll, bytes));
