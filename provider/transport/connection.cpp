@@ -325,15 +325,18 @@ void Connection::on_probe_reply(Time now, const wire::Packet& packet) {
   const uint16_t id = packet.common.path_id;
   if (id >= paths_.size()) return;
   SendPath& path = paths_[id];
-  if (path.health != PathHealth::Failed || packet.probe.probe_seq != path.probe_seq ||
+  if (path.health == PathHealth::Active || packet.probe.probe_seq != path.probe_seq ||
       !endpoint_.plane_up(path.stats.plane))
     return;
+  if (path.health == PathHealth::Failed) {
+    path.cc.reset();
+    ++endpoint_.counters_.path_recoveries;
+  }
   path.health = PathHealth::Active;
   path.consecutive_rtos = 0;
   path.probe_at = kNever;
-  path.cc.reset();
+  path.probe_unanswered = false;
   if (packet.probe.timestamp <= now) path.rtt.on_sample(now - packet.probe.timestamp);
-  ++endpoint_.counters_.path_recoveries;
 }
 
 void Connection::note_progress(Time now) {
@@ -405,11 +408,25 @@ void Connection::path_timeout(Time now, SendPath& path) {
         path.probe_at = now + path.probe_interval;
         ++endpoint_.counters_.path_failures;
       }
-    } else if (path.consecutive_rtos >= config.path_suspect_timeouts) {
+    } else if (path.consecutive_rtos >= config.path_suspect_timeouts && path.health != PathHealth::Suspect) {
+      // Probed at once, and again at the path's RTO: a data packet sent
+      // to find out would hold its message until that RTO if lost.
       path.health = PathHealth::Suspect;
+      path.probe_interval = rto(path);
+      path.probe_at = now;
+      path.probe_unanswered = false;
+      hand_over_window(path);
     }
   }
   path.rto_deadline = path.inflight_bytes > 0 || path.rewinding ? now + rto(path) : kNever;
+}
+
+void Connection::hand_over_window(const SendPath& leaving) {
+  std::vector<SendPath*> heirs;
+  for (SendPath& path : paths_)
+    if (&path != &leaving && path.health == PathHealth::Active && path.stats.plane == leaving.stats.plane)
+      heirs.push_back(&path);
+  for (SendPath* heir : heirs) heir->cc.absorb(static_cast<double>(leaving.cc.window()) / static_cast<double>(heirs.size()));
 }
 
 bool Connection::peer_answered_after_oldest_inflight(const SendPath& path) const {
@@ -436,7 +453,21 @@ void Connection::retry_timeout(Time now) {
 void Connection::on_timer(Time now) {
   for (SendPath& path : paths_) {
     if (path.rto_deadline <= now) path_timeout(now, path);
-    if (path.health == PathHealth::Failed && path.probe_at <= now && endpoint_.plane_up(path.stats.plane)) {
+    if (path.health != PathHealth::Active && path.probe_at <= now && endpoint_.plane_up(path.stats.plane)) {
+      if (path.health == PathHealth::Suspect && path.probe_unanswered && any_peer_rx_ &&
+          last_peer_rx_ > path.probe_sent_at) {
+        // The previous probe went unanswered for the path's RTO while the
+        // peer answered on other paths: a timeout of this path. (Silence
+        // on every path is a stall that no choice of path repairs.)
+        ++endpoint_.counters_.rto_expirations;
+        if (++path.consecutive_rtos >= endpoint_.config().path_fail_timeouts) {
+          path.health = PathHealth::Failed;
+          path.probe_interval = endpoint_.probe_interval();
+          ++endpoint_.counters_.path_failures;
+        }
+      }
+      path.probe_unanswered = true;
+      path.probe_sent_at = now;
       Control probe;
       probe.type = wire::PacketType::Probe;
       probe.path_id = path.id;
@@ -529,7 +560,7 @@ uint16_t Connection::next_ack_path() {
 bool Connection::path_has_room(const SendPath& path, uint32_t bytes) const {
   switch (path.health) {
     case PathHealth::Failed: return false;
-    case PathHealth::Suspect: return path.inflight_bytes == 0;
+    case PathHealth::Suspect: return false;  // probed, not trusted with data
     case PathHealth::Active: break;
   }
   return path.inflight_bytes == 0 || path.inflight_bytes + bytes <= path.cc.window();
@@ -731,7 +762,7 @@ Time Connection::next_wakeup() const {
   }
   for (const SendPath& path : paths_) {
     wake = std::min(wake, path.rto_deadline);
-    if (path.health == PathHealth::Failed) wake = std::min(wake, path.probe_at);
+    if (path.health != PathHealth::Active) wake = std::min(wake, path.probe_at);
   }
   for (const QueuePair* qp : qps_) wake = std::min(wake, qp->next_rnr_resend());
   return std::min(wake, retry_deadline());

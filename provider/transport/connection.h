@@ -78,6 +78,8 @@ class Connection {
     Time probe_at = kNever;
     Time probe_interval = 0;
     uint32_t probe_seq = 0;
+    bool probe_unanswered = false;  // the newest probe has had no reply
+    Time probe_sent_at = 0;
     uint32_t last_ce_count = 0;
     // rocev2 go-back-N: resend records from rewind_seq up to next_seq.
     bool rewinding = false;
@@ -110,6 +112,9 @@ class Connection {
   void trim(SendPath& path);
   void path_timeout(Time now, SendPath& path);
   bool peer_answered_after_oldest_inflight(const SendPath& path) const;
+  // A path stopped carrying data: the active paths of its plane take over
+  // its window, so that the connection keeps its rate.
+  void hand_over_window(const SendPath& leaving);
   void retry_timeout(Time now);
   void note_progress(Time now);
   Time rto(const SendPath& path) const;
