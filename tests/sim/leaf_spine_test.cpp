@@ -188,6 +188,12 @@ TEST(LeafSpine, FailedSpineLinkAndPlaneDropExactlyTheirTraffic) {
   EXPECT_EQ(c.hosts[4]->inbox.size() + failed.dropped_blackhole, 1'600u);
   for (uint32_t s : {0u, 2u, 3u}) EXPECT_EQ(c.sim.stats(c.fabric.spine_uplink(0, 0, s)).dropped_blackhole, 0u);
   EXPECT_EQ(c.fabric.totals().dropped_blackhole, failed.dropped_blackhole);
+  uint32_t busiest = 0;
+  for (uint32_t s = 1; s < 4; ++s)
+    if (c.sim.stats(c.fabric.spine_uplink(0, 0, s)).bytes_in > c.sim.stats(c.fabric.spine_uplink(0, 0, busiest)).bytes_in)
+      busiest = s;
+  EXPECT_EQ(c.fabric.busiest_spine(0, 0), busiest);
+  EXPECT_GT(c.sim.stats(c.fabric.spine_uplink(0, 0, busiest)).bytes_in, 0u);
 }
 
 TEST(LeafSpine, PfcFabricRefusesThresholdsItCannotKeepLossless) {

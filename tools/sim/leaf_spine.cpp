@@ -111,6 +111,13 @@ void LeafSpineFabric::fail_spine_link(uint16_t plane, uint32_t leaf, uint32_t sp
   blackhole(spine_downlink(plane, spine, leaf), start, end);
 }
 
+uint32_t LeafSpineFabric::busiest_spine(uint16_t plane, uint32_t leaf) const {
+  uint32_t best = 0;
+  for (uint32_t s = 1; s < spec_.spines; ++s)
+    if (sim_.stats(spine_uplink(plane, leaf, s)).bytes_in > sim_.stats(spine_uplink(plane, leaf, best)).bytes_in) best = s;
+  return best;
+}
+
 void LeafSpineFabric::fail_plane(uint16_t plane, Time start, Time end) {
   const Plane& p = planes_.at(plane);
   auto in_plane = [&](NodeId n) {

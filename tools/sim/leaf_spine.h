@@ -64,6 +64,8 @@ class LeafSpineFabric {
   void fail_spine_link(uint16_t plane, uint32_t leaf, uint32_t spine, Time start, Time end);
   // The same for every link of the plane, NICs' links included.
   void fail_plane(uint16_t plane, Time start, Time end);
+  // The spine whose link from `leaf` has carried the most bytes so far.
+  uint32_t busiest_spine(uint16_t plane, uint32_t leaf) const;
 
   struct Totals {
     // Over every link of the simulator (a fabric owns its simulator's links).

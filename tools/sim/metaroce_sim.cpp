@@ -242,7 +242,7 @@ struct CollectiveOptions {
   uint64_t ecn_kb = 100;
   uint64_t pfc_xoff_kib = 256;
   uint64_t pfc_xon_kib = 248;
-  double fail_spine_link_us = -1;  // plane 0, leaf 0, spine 0, from this time on
+  double fail_spine_link_us = -1;  // plane 0, leaf 0, its busiest spine link, from this time on
   double fail_plane_us = -1;       // plane 0, from this time on
   uint64_t time_limit_ms = 1'000;
 };
@@ -323,8 +323,12 @@ int run_collective_cases(const CollectiveOptions& o) {
           spec.slots = o.slots;
           spec.time_limit_ns = o.time_limit_ms * 1'000'000;
           spec.setup = [&o](metaroce::sim::Cluster& cluster) {
-            if (o.fail_spine_link_us >= 0)
-              cluster.fabric().fail_spine_link(0, 0, 0, static_cast<uint64_t>(o.fail_spine_link_us * 1000), UINT64_MAX);
+            if (o.fail_spine_link_us >= 0) {
+              cluster.sim().at(static_cast<uint64_t>(o.fail_spine_link_us * 1000), [&cluster] {
+                metaroce::sim::LeafSpineFabric& net = cluster.fabric();
+                net.fail_spine_link(0, 0, net.busiest_spine(0, 0), cluster.sim().now(), UINT64_MAX);
+              });
+            }
             if (o.fail_plane_us >= 0) {
               // Every link of the plane, the NICs' included: their hosts see
               // the carrier go and tell their engines, as the runtime does.
@@ -446,7 +450,7 @@ int main(int argc, char** argv) {
   collective->add_option("--pfc-xoff-kib", co.pfc_xoff_kib, "PFC pause threshold per ingress port (rocev2+pfc)");
   collective->add_option("--pfc-xon-kib", co.pfc_xon_kib, "PFC resume threshold per ingress port (rocev2+pfc)");
   collective->add_option("--fail-spine-link-us", co.fail_spine_link_us,
-                         "fail the link between leaf 0 and spine 0 of plane 0 (both ways) from this time on");
+                         "fail the busiest link between leaf 0 and a spine of plane 0 (both ways) from this time on");
   collective->add_option("--fail-plane-us", co.fail_plane_us,
                          "fail every link of plane 0 from this time on (the NICs see it and tell their engines)");
   collective->add_option("--time-limit-ms", co.time_limit_ms, "virtual time limit per case")->check(CLI::Range(1, 100'000));
