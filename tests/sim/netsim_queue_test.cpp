@@ -97,6 +97,47 @@ TEST(NetsimQueuedLink, TxRingHoldsTheHostInsteadOfDroppingAtItsNic) {
   }
 }
 
+TEST(NetsimQueuedLink, AFullRingHoldsNoneOfTheHostsOtherNics) {
+  // 200 frames for NIC 0, then 200 for NIC 1, offered at once: NIC 1 must
+  // start as soon as its frames come, not once NIC 0's ring has drained.
+  class TwoNics : public Host {
+   public:
+    explicit TwoNics(NodeId dst) : dst_(dst) {}
+    void receive(Time, Datagram&&) override {}
+    void on_timer(Time) override {}
+    bool transmit(Time, Datagram& out) override {
+      if (sent_ == 400) return false;
+      out = make_datagram(dst_, 1, 1, 1'000, sent_);
+      out.egress = sent_++ < 200 ? 0 : 1;
+      return true;
+    }
+    Time next_wakeup() const override { return sent_ < 400 ? 0 : kNever; }
+
+   private:
+    NodeId dst_;
+    uint32_t sent_ = 0;
+  };
+  Simulator sim(1);
+  ScriptHost sink;
+  const NodeId S = sim.add_host(sink);
+  TwoNics host(S);
+  const NodeId H = sim.add_host(host);
+  LinkParams p = rate_link(k100G, 1'000);
+  p.queue_bytes = uint64_t{1} << 30;
+  const LinkId nic0 = sim.add_link(H, S, p), nic1 = sim.add_link(H, S, p);
+  sim.set_default_route(H, {nic0, nic1}, Select::Egress);
+  sim.set_tx_ring(H, 16'000);
+  sim.run_until(kNever);
+  ASSERT_EQ(sink.inbox.size(), 400u);
+  Time last_nic1 = 0;
+  for (const auto& r : sink.inbox)
+    if (seq_of(r.d) >= 200) last_nic1 = std::max(last_nic1, r.t);
+  // 200 frames of 80 ns and the delay: in parallel with NIC 0, not after it.
+  EXPECT_LE(last_nic1, 200u * 80 + 1'000 + 100);
+  EXPECT_EQ(sim.stats(nic0).packets_in, 200u);
+  EXPECT_EQ(sim.stats(nic1).packets_in, 200u);
+}
+
 TEST(NetsimQueuedLink, AHostHeldByItsRingStillRunsItsTimers) {
   // A host with always more to send keeps its ring full; its overdue timers
   // (an engine's retransmission and probe timers) must still run, every

@@ -39,7 +39,7 @@ struct LeafSpineSpec {
   uint64_t ecn_threshold_bytes = 100'000;    // CE mark above this egress backlog
   bool pfc = false;
   PfcParams pfc_params;
-  uint64_t nic_tx_ring_bytes = 64 << 10;     // see Simulator::set_tx_ring
+  uint64_t nic_tx_ring_bytes = 64 << 10;     // per NIC, see Simulator::set_tx_ring
   double loss = 0;                           // random loss on every leaf -> NIC link
 };
 

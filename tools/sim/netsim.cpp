@@ -311,11 +311,11 @@ void Simulator::dispatch(const Event& ev) {
 // ---------------------------------------------------------------- hosts
 
 bool Simulator::tx_ring_full(const Node& n) const {
-  if (n.tx_ring_bytes == 0) return false;
+  if (n.tx_ring_bytes == 0 || n.out_links.empty()) return false;
   const uint64_t t_ps = now_ * kPsPerNs;
   for (LinkId l : n.out_links)
-    if (backlog_at(links_[l], t_ps) >= n.tx_ring_bytes) return true;
-  return false;
+    if (backlog_at(links_[l], t_ps) < n.tx_ring_bytes) return false;
+  return true;
 }
 
 void Simulator::poll(NodeId node) {

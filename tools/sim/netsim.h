@@ -150,11 +150,13 @@ class Simulator {
   // PFC at switch `sw` (see PfcParams); links into and out of it become
   // explicit FIFOs. Call before traffic flows.
   void enable_pfc(NodeId sw, const PfcParams& params);
-  // A host's NIC transmit ring: the host is not asked for datagrams while
-  // one of its uplinks holds `bytes` or more (queued or being serialized),
-  // as a NIC stops taking work when its ring is full, and is polled again
-  // when that uplink drains below it. 0 (the default) = unlimited. Call
-  // before traffic flows.
+  // A host's NIC transmit rings: the host is not asked for datagrams while
+  // every one of its uplinks holds `bytes` or more (queued or being
+  // serialized), as a NIC stops taking work when its ring is full, and is
+  // polled again when one drains below it. With several NICs (planes) a full
+  // one does not hold the others: what the host gives it waits in its queue,
+  // as a runtime with a socket per path holds what one NIC cannot take yet.
+  // 0 (the default) = unlimited. Call before traffic flows.
   void set_tx_ring(NodeId host, uint64_t bytes);
 
   // Takes effect for packets entering the link afterwards (packets already in
