@@ -136,6 +136,25 @@ void mroce_netdev_gone(struct net_device *ndev)
 	mutex_unlock(&mroce_devices_lock);
 }
 
+/* PORT_ACTIVE / PORT_ERR to the device's users (uverbs writes them to every
+ * context's async event file) when the netdev's carrier comes or goes. */
+void mroce_netdev_port_event(struct net_device *ndev)
+{
+	struct ib_event ev = {};
+	struct mroce_dev *dev;
+
+	mutex_lock(&mroce_devices_lock);
+	dev = mroce_find_locked(ndev);
+	if (dev && ib_device_try_get(&dev->ib)) {
+		ev.device = &dev->ib;
+		ev.element.port_num = 1;
+		ev.event = netif_running(ndev) && netif_carrier_ok(ndev) ? IB_EVENT_PORT_ACTIVE : IB_EVENT_PORT_ERR;
+		ib_dispatch_event(&ev);
+		ib_device_put(&dev->ib);
+	}
+	mutex_unlock(&mroce_devices_lock);
+}
+
 void mroce_remove_all(void)
 {
 	struct mroce_dev *dev;

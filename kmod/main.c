@@ -24,8 +24,18 @@ static int mroce_netdev_event(struct notifier_block *nb, unsigned long event, vo
 {
 	struct net_device *ndev = netdev_notifier_info_to_dev(ptr);
 
-	if (event == NETDEV_UNREGISTER)
+	switch (event) {
+	case NETDEV_UNREGISTER:
 		mroce_netdev_gone(ndev);
+		break;
+	case NETDEV_UP:
+	case NETDEV_DOWN:
+	case NETDEV_CHANGE:
+		mroce_netdev_port_event(ndev);
+		break;
+	default:
+		break;
+	}
 	return NOTIFY_OK;
 }
 

@@ -52,16 +52,16 @@ static inline u32 mroce_qpn(u32 slot, u32 index)
 	return (slot << METAROCE_QPN_INDEX_BITS) | index;
 }
 
-/* --- qp_state.c: the RC state machine of modify_qp ----------------------- */
+/* --- qp_state.c: the RC and UD state machines of modify_qp --------------- */
 
 /*
- * 0 if moving an RC QP from `cur` to `next` with the attributes in `mask`
- * is allowed: the transition exists, every required attribute is present
- * and none outside required + optional is (IB spec 11.2.4.2, as
- * ib_modify_qp_is_ok() applies it to RC). -EINVAL otherwise. SQD/SQE are
- * not supported.
+ * 0 if moving an RC or UD QP (`type`) from `cur` to `next` with the
+ * attributes in `mask` is allowed: the transition exists, every required
+ * attribute is present and none outside required + optional is (IB spec
+ * 11.2.4.2, as ib_modify_qp_is_ok() applies it). -EINVAL otherwise, and for
+ * any other type. SQD/SQE are not supported.
  */
-int mroce_qp_transition_check(enum ib_qp_state cur, enum ib_qp_state next, int mask);
+int mroce_qp_transition_check(enum ib_qp_type type, enum ib_qp_state cur, enum ib_qp_state next, int mask);
 /* 0 if every attribute named in mask has a value this device accepts. */
 int mroce_qp_attr_check(const struct ib_qp_attr *attr, int mask);
 /*
@@ -70,8 +70,8 @@ int mroce_qp_attr_check(const struct ib_qp_attr *attr, int mask);
  * must be the record, or ERR: the data path runs in user space and may have
  * failed the QP without the kernel knowing.
  */
-int mroce_qp_modify_check(enum ib_qp_state record, const struct ib_qp_attr *attr, int mask,
-			  enum ib_qp_state *next);
+int mroce_qp_modify_check(enum ib_qp_type type, enum ib_qp_state record, const struct ib_qp_attr *attr,
+			  int mask, enum ib_qp_state *next);
 
 /* --- abi.c: the private uverbs ABI ---------------------------------------- */
 

@@ -128,7 +128,9 @@ static int mroce_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, str
 
 	if (!udata)
 		return -EOPNOTSUPP;
-	if (init->qp_type != IB_QPT_RC || init->srq || init->create_flags || init->xrcd)
+	/* SRQs live in the provider: it creates SRQ-attached QPs without one here. */
+	if ((init->qp_type != IB_QPT_RC && init->qp_type != IB_QPT_UD) || init->srq || init->create_flags ||
+	    init->xrcd)
 		return -EOPNOTSUPP;
 	if (cap->max_send_wr > MROCE_MAX_QP_WR || cap->max_recv_wr > MROCE_MAX_QP_WR ||
 	    cap->max_send_sge > MROCE_MAX_SGE || cap->max_recv_sge > MROCE_MAX_SGE ||
@@ -166,7 +168,7 @@ static int mroce_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask
 			return err;
 	}
 	mutex_lock(&qp->lock);
-	err = mroce_qp_modify_check(qp->state, attr, mask, &next);
+	err = mroce_qp_modify_check(ibqp->qp_type, qp->state, attr, mask, &next);
 	if (!err) {
 		qp->state = next;
 		if (mask & IB_QP_DEST_QPN)
@@ -179,6 +181,8 @@ static int mroce_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask
 			qp->path_mtu = attr->path_mtu;
 		if (mask & IB_QP_ACCESS_FLAGS)
 			qp->access = attr->qp_access_flags;
+		if (mask & IB_QP_QKEY)
+			qp->qkey = attr->qkey;
 	}
 	mutex_unlock(&qp->lock);
 	return err;
@@ -203,6 +207,7 @@ static int mroce_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	attr->rq_psn = qp->rq_psn;
 	attr->sq_psn = qp->sq_psn;
 	attr->qp_access_flags = qp->access;
+	attr->qkey = qp->qkey;
 	attr->port_num = 1;
 	attr->cap = qp->cap;
 	mutex_unlock(&qp->lock);
@@ -244,9 +249,20 @@ static int mroce_poll_cq(struct ib_cq *cq, int num_entries, struct ib_wc *wc)
 	return 0;
 }
 
+/*
+ * For a user CQ this is the provider's doorbell: user space makes the
+ * completions, and when one lands on a CQ the application armed, the
+ * provider sends IB_USER_VERBS_CMD_REQ_NOTIFY_CQ so that uverbs' completion
+ * handler signals the CQ's completion channel (the kernel's event file the
+ * application waits on).
+ */
 static int mroce_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags)
 {
-	return -EOPNOTSUPP;
+	if (!cq->uobject)
+		return -EOPNOTSUPP;
+	if (cq->comp_handler)
+		cq->comp_handler(cq, cq->cq_context);
+	return 0;
 }
 
 static struct ib_mr *mroce_get_dma_mr(struct ib_pd *pd, int access)

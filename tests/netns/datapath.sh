@@ -9,6 +9,8 @@
 #   datapath.sh blackhole     a path blackholed mid-transfer
 #   datapath.sh peer-killed   the server killed mid-transfer: the client gets RETRY_EXC_ERR
 #   datapath.sh stray         garbage thrown at a live endpoint during a transfer
+#   datapath.sh mtu           the defaults fit the links (1500 bytes, then jumbo frames): active
+#                             MTU, whole-frame packets, no IP fragment; a smaller path_mtu per QP
 #
 # Environment (from tests/netns/meson.build): METAROCE_FABRIC, METAROCE_RUN,
 # METAROCE_PERF, UDP_BLASTER.
@@ -26,12 +28,6 @@ PIDS=()
 stop_all() { for p in ${PIDS[@]+"${PIDS[@]}"}; do kill -9 "$p" 2>/dev/null || true; done; }
 at_exit stop_all
 
-# on HOST CMD...: runs CMD in host HOST's namespace with the launcher, device
-# mr0 on that host's eth0.
-
-# The veths have a 1500-byte MTU: 1400-byte payloads keep datagrams whole
-# (IP fragments would defeat the ECMP hash).
-RUN_ARGS="--mtu 1400 ${RUN_ARGS:-}"
 
 # pair TIMEOUT SERVER_HOST CLIENT_HOST PORT PROGRAM ARGS...: server in the
 # background, client in the foreground; both must exit 0. Output in $WORK.
@@ -39,11 +35,11 @@ pair() {
     local timeout=$1 server=$2 client=$3 port=$4; shift 4
     local tag
     tag=$(basename "$1")-$port
-    timeout "$timeout" ip netns exec "${PREFIX}-$server" "$RUN" --dev mr0=eth0 ${RUN_ARGS:-} \
+    timeout "$timeout" ip netns exec "${PREFIX}-$server" "$RUN" --dev mr0=eth0 \
         "$@" -p "$port" >"$WORK/$tag.server" 2>&1 &
     local spid=$!
     sleep 0.5
-    if ! timeout "$timeout" ip netns exec "${PREFIX}-$client" "$RUN" --dev mr0=eth0 ${RUN_ARGS:-} \
+    if ! timeout "$timeout" ip netns exec "${PREFIX}-$client" "$RUN" --dev mr0=eth0 \
         "$@" -p "$port" "$(fab addr "$server")" >"$WORK/$tag.client" 2>&1; then
         cat "$WORK/$tag.client" "$WORK/$tag.server" >&2
         wait "$spid" || true
@@ -58,6 +54,33 @@ perftest_bw() { awk '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+/ { print $4 }' "$1" | 
 fab up --hosts 2 --paths 4 >/dev/null
 
 case $scenario in
+mtu)
+    # l2r_bytes_per_packet: average size of the packets offered left->right
+    # (the client's data) since the counters read into $WORK/l2r.
+    l2r_counts() { fab status --json | json - 'str(sum(p["left_to_right"]["offered_bytes"] for p in d["paths"])) + " " + str(sum(p["left_to_right"]["offered_packets"] for p in d["paths"]))'; }
+    fragments() { fab status --json | json - 'd["fragments"]'; }
+    check_frames() {  # LINK_MTU IB_MTU MIN_AVG MAX_AVG [PERFTEST_ARGS...]
+        local link=$1 ib=$2 lo=$3 hi=$4 b0 p0 b1 p1 avg frag0; shift 4
+        ip netns exec "${PREFIX}-h0" "$RUN" --dev mr0=eth0 ibv_devinfo -d mr0 >"$WORK/devinfo" 2>&1 ||
+            { cat "$WORK/devinfo" >&2; fail "ibv_devinfo failed"; }
+        grep -Eq "active_mtu:[[:space:]]+$ib " "$WORK/devinfo" ||
+            fail "MTU $link: the port reports $(grep active_mtu "$WORK/devinfo"), not $ib"
+        read -r b0 p0 < <(l2r_counts)
+        frag0=$(fragments)
+        pair 120 h1 h0 $((18600 + RANDOM % 300)) ib_write_bw -d mr0 -x 0 -s 65536 -n 2000 -F "$@"
+        rm -f "$WORK"/ib_write_bw-*
+        read -r b1 p1 < <(l2r_counts)
+        avg=$(( (b1 - b0) / (p1 - p0) ))
+        (( $(fragments) == frag0 )) || fail "MTU $link $*: $(( $(fragments) - frag0 )) IP fragments crossed the fabric"
+        between "$avg" "$lo" "$hi" || fail "MTU $link $*: data packets average $avg bytes, not $lo..$hi"
+        pass "MTU $link $*: port MTU $ib, data packets of $avg bytes on average, no IP fragment"
+    }
+    check_frames 1500 1024 1400 1500
+    # A QP whose path_mtu is below the port's sends packets of that MTU.
+    check_frames 1500 1024 540 620 -m 512
+    fab up --hosts 2 --paths 4 --jumbo >/dev/null
+    check_frames 9000 4096 8000 9000
+    ;;
 perftest)
     for loss in 0 0.01; do
         fab set all --loss "$loss"
@@ -109,13 +132,13 @@ blackhole)
     ;;
 peer-killed)
     port=19600
-    timeout 120 ip netns exec "${PREFIX}-h1" "$RUN" --dev mr0=eth0 $RUN_ARGS "$PERF" -d mr0 --test write \
+    timeout 120 ip netns exec "${PREFIX}-h1" "$RUN" --dev mr0=eth0 "$PERF" -d mr0 --test write \
         -s 65536 -n 10000000 -p "$port" >"$WORK/server" 2>&1 &
     spid=$!
     PIDS+=($spid)
     sleep 0.5
     start=$(date +%s.%N)
-    timeout 120 ip netns exec "${PREFIX}-h0" "$RUN" --dev mr0=eth0 $RUN_ARGS "$PERF" -d mr0 --test write \
+    timeout 120 ip netns exec "${PREFIX}-h0" "$RUN" --dev mr0=eth0 "$PERF" -d mr0 --test write \
         -s 65536 -n 10000000 -p "$port" "$(fab addr h1)" >"$WORK/client" 2>&1 &
     cpid=$!
     sleep 2
@@ -142,8 +165,8 @@ stray)
     export METAROCE_STATS=1  # the endpoints print their drop counters when they close
     pair 180 h1 h0 19700 "$PERF" -d mr0 --test write -s 65536 -n 8000
     grep -q '"verified":true' "$WORK"/metaroce-perf-*.client || fail "not verified"
-    drops=$(grep -o '"unknown_sender_drops":[0-9]*,"truncated_drops":[0-9]*,"rx_datagrams":[0-9]*,"rx_drop_malformed":[0-9]*' \
-        "$WORK"/metaroce-perf-*.server | tr -dc '0-9,' | awk -F, '{ print $1 + $2 + $4 }')
+    drops=$(grep -h '"metaroce_stats"' "$WORK"/metaroce-perf-*.server | json - 'sum(d["metaroce_stats"][k] for k in
+        ("unknown_sender_drops", "truncated_drops", "rx_drop_malformed"))')
     (( ${drops:-0} > 0 )) || { cat "$WORK"/metaroce-perf-*.server >&2; fail "the garbage was not counted as dropped"; }
     pass "garbage at the home port during a transfer: $drops datagrams counted as dropped; transfer completed and verified"
     ;;

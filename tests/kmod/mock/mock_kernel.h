@@ -51,6 +51,14 @@ enum ib_qp_state {
 	IB_QPS_ERR
 };
 
+enum ib_qp_type {
+	IB_QPT_SMI,
+	IB_QPT_GSI,
+	IB_QPT_RC,
+	IB_QPT_UC,
+	IB_QPT_UD
+};
+
 enum ib_mtu {
 	IB_MTU_256 = 1,
 	IB_MTU_512 = 2,
