@@ -477,22 +477,20 @@ void Connection::path_timeout(Time now, SendPath& path) {
       oldest = &record;
       break;
     }
-    if (oldest && delivered_after(oldest->sent)) {
-      // The peer acknowledged packets sent after this one: what this path
-      // has in flight was lost (a queue overflowed in an incast, a link
-      // died), and resending only the oldest would leave the rest holding
-      // the connection window for backed-off RTOs. Judging by what was sent
-      // after the lost packet, rather than by whether anything came back at
-      // all, keeps a path whose lone packet timed out after everything else
-      // was acknowledged (the sender had nothing more in flight) from
-      // looking like a stalled peer, so that a dead path is failed, not fed
-      // one packet per backed-off RTO. The last active path is never
-      // blamed: a connection with no path to carry data waits for probes,
-      // and under a heavy CPU load paths that work are blamed for delays
-      // that exceed an RTO.
+    if (oldest && delivered_after(oldest->sent) && !last_active(path)) {
+      // The peer acknowledged packets sent after this one on other paths:
+      // this path loses what it carries. Judging by what was sent after
+      // the lost packet, rather than by whether anything came back at all,
+      // keeps a path whose lone packet timed out after everything else was
+      // acknowledged (the sender had nothing more in flight) from looking
+      // like a stalled peer, so that a dead path is failed, not fed one
+      // packet per backed-off RTO. The last active path is never blamed: a
+      // connection with no path to carry data waits for probes, and under
+      // a heavy CPU load paths that work are blamed for delays that exceed
+      // an RTO.
       for (TxRecord& record : path.records)
         if (record.state == TxRecord::State::InFlight) declare_lost(path, record);
-      if (!last_active(path)) blame_path(now, path);
+      blame_path(now, path);
     } else if (oldest) {
       // Nothing sent after it was acknowledged anywhere: the peer or this
       // host stalled, or every path is down, which no choice of path
