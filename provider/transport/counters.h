@@ -50,6 +50,7 @@ namespace metaroce::transport {
   X(rto_expirations) \
   X(path_failures) \
   X(path_recoveries) \
+  X(plane_drains) /* paths drained because their plane went down */ \
   X(go_back_n) /* rocev2 profile: rewinds */ \
   X(atomics_executed) \
   X(atomic_replays) /* duplicate atomic answered from the result cache */ \
@@ -84,6 +85,7 @@ const char* to_string(PathHealth health);
 
 struct PathSnapshot {
   uint16_t path_id = 0;
+  uint16_t plane = 0;
   PathHealth health = PathHealth::Active;
   uint64_t packets_sent = 0;
   uint64_t bytes_sent = 0;
