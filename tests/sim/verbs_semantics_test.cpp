@@ -77,6 +77,13 @@ class VerbsSemantics : public ::testing::Test {
   }
 
   transport::Profile profile_ = transport::Profile::MetaRoCE;
+  // READ of B's bytes at remote_offset into A's at offset.
+  SendWr read(uint64_t id, size_t offset, uint32_t length, size_t remote_offset) {
+    SendWr wr = write(id, offset, length, remote_offset);
+    wr.opcode = WrOpcode::RdmaRead;
+    return wr;
+  }
+
   std::unique_ptr<TwoHostRig> rig_;
   QpPair qp_;
   std::vector<uint8_t> abuf_, bbuf_;
@@ -165,14 +172,7 @@ TEST_P(Fence, AFencedWriteWaitsForTheReadBeforeIt) {
   make(0);
   constexpr uint32_t kBytes = 256 * 1024;
   const std::vector<uint8_t> remote(bbuf_.begin(), bbuf_.begin() + kBytes);
-  SendWr read;
-  read.wr_id = 1;
-  read.opcode = WrOpcode::RdmaRead;
-  read.num_sge = 1;
-  read.sg[0] = {addr(abuf_.data()), kBytes, akey_};
-  read.remote_addr = addr(bbuf_.data());
-  read.rkey = bkey_;
-  ASSERT_EQ(a().post_send(qp_.qp_a, read), PostResult::Ok);
+  ASSERT_EQ(a().post_send(qp_.qp_a, read(1, 0, kBytes, 0)), PostResult::Ok);
   // Sends the READ's destination on to another place at B.
   SendWr forward = write(2, 0, kBytes, 2 * kBytes);
   forward.fence = fenced;
@@ -200,14 +200,7 @@ TEST_F(VerbsSemantics, AReadNeverSeesAWritePostedAfterIt) {
   make(0.01);
   constexpr uint32_t kBytes = 2 << 20;  // longer in flight than a round trip
   const std::vector<uint8_t> before(bbuf_.begin(), bbuf_.begin() + kBytes);
-  SendWr read;
-  read.wr_id = 1;
-  read.opcode = WrOpcode::RdmaRead;
-  read.num_sge = 1;
-  read.sg[0] = {addr(abuf_.data()), kBytes, akey_};
-  read.remote_addr = addr(bbuf_.data());
-  read.rkey = bkey_;
-  ASSERT_EQ(a().post_send(qp_.qp_a, read), PostResult::Ok);
+  ASSERT_EQ(a().post_send(qp_.qp_a, read(1, 0, kBytes, 0)), PostResult::Ok);
   // Overwrites what the READ reads, from another part of A's buffer.
   ASSERT_EQ(a().post_send(qp_.qp_a, write(2, kBytes, kBytes, 0)), PostResult::Ok);
   const auto done = wait(a(), qp_.cq_a, 2);
@@ -259,14 +252,7 @@ TEST_F(VerbsSemantics, CompletionsFollowPostingOrderThoughDataLandsOutOfOrder) {
   ASSERT_EQ(b().post_recv(qp_.qp_b, recv), PostResult::Ok);
   std::vector<SendWr> wrs;
   wrs.push_back(write(0, 0, 2'000'000, 0));  // large: finishes last on the wire
-  SendWr read;
-  read.wr_id = 1;
-  read.opcode = WrOpcode::RdmaRead;
-  read.num_sge = 1;
-  read.sg[0] = {addr(abuf_.data() + 2'500'000), 64, akey_};
-  read.remote_addr = addr(bbuf_.data() + 16);  // inside what WR 0 writes
-  read.rkey = bkey_;
-  wrs.push_back(read);
+  wrs.push_back(read(1, 2'500'000, 64, 16));  // inside what WR 0 writes
   SendWr send;
   send.wr_id = 2;
   send.opcode = WrOpcode::Send;
