@@ -75,7 +75,7 @@ std::vector<uint8_t> Session::data_body(uint8_t path, wire::DataHeader& header, 
   const size_t at = wire::encode_data(out, wire::Origin(path, peer_->home_port()), header, read, atomic, original,
                                       payload.size());
   if (at == 0) throw CaseAbort("the engine's encoder refused a data packet");
-  std::memcpy(out.data() + at, payload.data(), payload.size());
+  if (!payload.empty()) std::memcpy(out.data() + at, payload.data(), payload.size());  // an empty span may hold nullptr
   return out;
 }
 
