@@ -162,6 +162,15 @@ size_t Endpoint::cq_depth(uint32_t cq) const {
   return it == cqs_.end() ? 0 : it->second->entries.size();
 }
 
+void Endpoint::push_flushed_receive(uint32_t cq, uint32_t qpn, uint64_t wr_id) {
+  Completion c;
+  c.wr_id = wr_id;
+  c.status = WcStatus::WorkRequestFlushed;
+  c.opcode = WcOpcode::Recv;
+  c.qp_num = qpn;
+  push_completion(cq, c);
+}
+
 void Endpoint::push_completion(uint32_t cq, const Completion& completion, bool owes_ack) {
   // A completion that data arriving here caused becomes visible only once
   // the ACK covering that data has been handed to the driver (when

@@ -208,6 +208,8 @@ class Endpoint {
   size_t frame(Peer& peer, std::span<uint8_t> buf, size_t length);
   QueuePair* find_qp(uint32_t qpn) const;
   void push_completion(uint32_t cq, const Completion& completion, bool owes_ack = false);
+  // A receive WQE of QP `qpn` completed as flushed (the QP is in error).
+  void push_flushed_receive(uint32_t cq, uint32_t qpn, uint64_t wr_id);
   void deliver_completion(uint32_t cq, const Completion& completion);
   void release_completions();
   UdQueuePair* find_ud_qp(uint32_t qpn) const;

@@ -29,12 +29,7 @@ PostResult QueuePair::post_recv(const RecvWr& wr) {
   if (wr.num_sge > kMaxSge) return PostResult::InvalidArgument;
   if (recv_queue_.size() >= config_.max_recv_wr) return PostResult::QueueFull;
   if (state_ == QpState::Error) {
-    Completion c;
-    c.wr_id = wr.wr_id;
-    c.status = WcStatus::WorkRequestFlushed;
-    c.opcode = WcOpcode::Recv;
-    c.qp_num = qpn_;
-    endpoint_.push_completion(recv_cq_, c);
+    endpoint_.push_flushed_receive(recv_cq_, qpn_, wr.wr_id);
     return PostResult::Ok;
   }
   recv_queue_.push_back(wr);
