@@ -12,6 +12,7 @@
  */
 #include <linux/if_arp.h>
 #include <net/addrconf.h>
+#include <rdma/ib_cache.h>
 
 #include "mroce.h"
 
@@ -25,6 +26,7 @@ static void mroce_dealloc_driver(struct ib_device *ib)
 	mutex_lock(&mroce_devices_lock);
 	list_del_init(&dev->node);
 	mutex_unlock(&mroce_devices_lock);
+	mroce_gsi_net_put(dev->gnet);
 	dev_put(dev->ndev);
 }
 
@@ -71,6 +73,10 @@ int mroce_newlink(const char *ibdev_name, struct net_device *ndev)
 	ib_set_device_ops(&dev->ib, &mroce_dev_ops);
 	ib_set_device_ops(&dev->ib, &mroce_query_ops);
 	ib_set_device_ops(&dev->ib, &mroce_verbs_ops);
+	ib_set_device_ops(&dev->ib, &mroce_gsi_ops);
+	dev->ib.local_dma_lkey = MROCE_LOCAL_DMA_LKEY;
+	spin_lock_init(&dev->gsi_lock);
+	dev->port_state = mroce_port_state(ndev);
 	dev->ib.node_type = RDMA_NODE_IB_CA;
 	dev->ib.phys_port_cnt = 1;
 	dev->ib.num_comp_vectors = 1;
@@ -78,6 +84,10 @@ int mroce_newlink(const char *ibdev_name, struct net_device *ndev)
 	strscpy(dev->ib.node_desc, "metaroce", sizeof(dev->ib.node_desc));
 
 	err = ib_device_set_netdev(&dev->ib, ndev, 1);
+	if (err)
+		goto free;
+	/* QP1's socket, before registration creates QP1. */
+	err = mroce_gsi_net_get(dev_net(ndev), &dev->gnet);
 	if (err)
 		goto free;
 	/* Our own reference, dropped in dealloc_driver: the core drops its
@@ -116,6 +126,7 @@ int mroce_newlink(const char *ibdev_name, struct net_device *ndev)
 
 put:
 	dev_put(ndev);
+	mroce_gsi_net_put(dev->gnet);
 free:
 	ib_dealloc_device(&dev->ib);
 	return err;
@@ -134,6 +145,48 @@ void mroce_netdev_gone(struct net_device *ndev)
 		ib_device_put(&dev->ib);
 	}
 	mutex_unlock(&mroce_devices_lock);
+}
+
+void mroce_port_changed(struct net_device *ndev)
+{
+	struct ib_event event = { .element.port_num = 1 };
+	struct mroce_dev *dev;
+	enum ib_port_state state = mroce_port_state(ndev);
+
+	mutex_lock(&mroce_devices_lock);
+	dev = mroce_find_locked(ndev);
+	if (dev && dev->port_state != state && ib_device_try_get(&dev->ib)) {
+		/* As rxe: the RDMA core's cache, rdma_cm and user space
+		 * (ibv_get_async_event) hear of it. */
+		dev->port_state = state;
+		event.device = &dev->ib;
+		event.event = state == IB_PORT_ACTIVE ? IB_EVENT_PORT_ACTIVE : IB_EVENT_PORT_ERR;
+		ib_dispatch_event(&event);
+		ib_device_put(&dev->ib);
+	}
+	mutex_unlock(&mroce_devices_lock);
+}
+
+struct mroce_dev *mroce_find_by_gid(struct mroce_gsi_net *g, const union ib_gid *gid)
+{
+	const struct ib_gid_attr *attr;
+	struct mroce_dev *dev, *found = NULL;
+
+	mutex_lock(&mroce_devices_lock);
+	list_for_each_entry(dev, &mroce_devices, node) {
+		if (dev->gnet != g)
+			continue;
+		attr = rdma_find_gid_by_port(&dev->ib, gid, IB_GID_TYPE_ROCE_UDP_ENCAP, 1, NULL);
+		if (IS_ERR(attr))
+			continue;
+		rdma_put_gid_attr(attr);
+		if (ib_device_try_get(&dev->ib)) {
+			found = dev;
+			break;
+		}
+	}
+	mutex_unlock(&mroce_devices_lock);
+	return found;
 }
 
 void mroce_remove_all(void)

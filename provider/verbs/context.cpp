@@ -350,7 +350,12 @@ void Context::on_completion(uint32_t cq) {
   if (it == cqs.end()) return;
   Cq* c = it->second;
   c->pushed.fetch_add(1, std::memory_order_release);
-  if (c->event_fd >= 0 && c->armed.exchange(false, std::memory_order_acq_rel)) {
+  if ((c->event_fd >= 0 || c->kernel_events) && c->armed.exchange(false, std::memory_order_acq_rel)) {
+    if (c->kernel_events) {
+      // metaroce.ko posts the event to the kernel channel (see cq.cpp).
+      (void)ibv_cmd_req_notify_cq(&c->ibv, 0);
+      return;
+    }
     // ibv_get_cq_event() reads the CQ handle (struct ib_uverbs_comp_event_desc).
     const uint64_t handle = reinterpret_cast<uintptr_t>(&c->ibv);
     (void)!::write(c->event_fd, &handle, sizeof handle);

@@ -5,7 +5,10 @@
 // The engine calls the context's completion listener (progress thread or the
 // posting thread, engine lock held) for every completion it adds; the CQ
 // counts them, so that polling an empty CQ costs two atomic loads and no
-// lock, and writes the CQ handle to its completion channel when armed.
+// lock, and when armed signals its completion channel: it writes the CQ
+// handle to its pipe, or on a kernel device asks the kernel to post the
+// event to the channel's event file (ibv_cmd_req_notify_cq, which
+// metaroce.ko answers for a user CQ by running its completion handler).
 #include <endian.h>
 
 #include <sched.h>
@@ -47,15 +50,12 @@ ibv_cq* create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int 
   }
   Context* ctx = context_of(context);
   CompChannel* ch = nullptr;
-  if (channel && ctx->device->kernel) {
-    // The channel is the kernel's event file, which only the kernel can
-    // signal, and the kernel sees no completions (they are made here).
-    errno = EOPNOTSUPP;
-    return nullptr;
-  }
   if (channel) {
+    // Our pipe (a channel of libmetaroce-preload.so), or on a kernel
+    // device the kernel's event file, which the kernel signals when
+    // on_completion asks it to.
     ch = channel_of(channel);
-    if (!ch || channel->context != context) {
+    if ((ch && channel->context != context) || (!ch && !ctx->device->kernel)) {
       errno = EINVAL;
       return nullptr;
     }
@@ -68,6 +68,7 @@ ibv_cq* create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int 
   cq->ctx = ctx;
   cq->cqe = cqe;
   cq->event_fd = ch ? ch->write_fd : -1;
+  cq->kernel_events = channel && !ch;
   cq->ibv.context = context;
   cq->ibv.cqe = cqe;
   ctx->engine([&](transport::Endpoint& e) {
@@ -78,8 +79,8 @@ ibv_cq* create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int 
   if (ctx->device->kernel) {
     struct ibv_create_cq cmd{};
     ib_uverbs_create_cq_resp resp{};
-    const int err = ibv_cmd_create_cq(context, cqe, nullptr, comp_vector, &cq->ibv, &cmd, sizeof cmd,
-                                      &resp, sizeof resp);
+    const int err = ibv_cmd_create_cq(context, cqe, cq->kernel_events ? channel : nullptr, comp_vector,
+                                      &cq->ibv, &cmd, sizeof cmd, &resp, sizeof resp);
     if (err) {
       ctx->engine([&](transport::Endpoint& e) {
         e.destroy_cq(cq->id);

@@ -109,6 +109,7 @@ struct Cq {
   uint32_t id = 0;           // engine CQ
   int cqe = 0;
   int event_fd = -1;         // channel write end, -1 without a channel
+  bool kernel_events = false;  // the channel is the kernel's event file
   std::atomic<uint64_t> pushed{0};   // completions pushed by the engine
   std::atomic<uint64_t> polled{0};   // completions handed to the application
   std::atomic<bool> armed{false};    // ibv_req_notify_cq pending
