@@ -75,6 +75,9 @@ int mroce_newlink(const char *ibdev_name, struct net_device *ndev)
 	ib_set_device_ops(&dev->ib, &mroce_verbs_ops);
 	ib_set_device_ops(&dev->ib, &mroce_gsi_ops);
 	dev->ib.local_dma_lkey = MROCE_LOCAL_DMA_LKEY;
+	/* The provider's way to post a completion event to a user CQ's
+	 * channel (gsi.c, mroce_req_notify_cq); off by default. */
+	dev->ib.uverbs_cmd_mask |= BIT_ULL(IB_USER_VERBS_CMD_REQ_NOTIFY_CQ);
 	spin_lock_init(&dev->gsi_lock);
 	dev->port_state = mroce_port_state(ndev);
 	dev->ib.node_type = RDMA_NODE_IB_CA;

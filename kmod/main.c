@@ -93,6 +93,6 @@ MODULE_AUTHOR("MetaRoCE authors");
 MODULE_DESCRIPTION("MetaRoCE software RDMA device (control path and QP1; user QPs' data path is in user space)");
 MODULE_LICENSE("GPL");
 MODULE_ALIAS_RDMA_LINK(METAROCE_LINK_TYPE);
-/* Devices are only useful through uverbs (and `rdma link add` loads this
- * module by its alias, not ib_uverbs). */
-MODULE_SOFTDEP("post: ib_uverbs");
+/* Devices are only useful through uverbs, and librdmacm through rdma_ucm
+ * (`rdma link add` loads this module by its alias, not those). */
+MODULE_SOFTDEP("post: ib_uverbs rdma_ucm");

@@ -91,7 +91,7 @@ int mroce_abi_ucontext_check(size_t inlen, size_t outlen, const struct metaroce_
 			     bool tail_clear);
 void mroce_abi_ucontext_resp(struct metaroce_alloc_ucontext_resp *resp, u32 slot, __be64 node_guid);
 
-/* --- ud_wire.c: MetaRoCE UD datagrams (docs/spec.md §10) ------------------ */
+/* --- ud_wire.c: MetaRoCE UD datagrams (docs/spec.md, "Kernel GSI traffic") ------------------ */
 
 /*
  * A UD datagram is the common header (8 bytes) with type 6, a 20-byte UD

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
- * The encoder and decoder of MetaRoCE UD datagrams (docs/spec.md §10), the
+ * The encoder and decoder of MetaRoCE UD datagrams (docs/spec.md, "Kernel GSI traffic"), the
  * one place that knows their bytes. Every datagram is hostile: decode reads
  * only within the length it is given and reports the first rule broken.
  */

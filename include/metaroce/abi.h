@@ -41,7 +41,7 @@
 #define METAROCE_QP_INDEX_MAX 4095
 
 /* The UDP port of the kernel's GSI QP (QP1, connection-management MADs;
- * metaroce.ko's module parameter gsi_port, docs/spec.md §10): outside the
+ * metaroce.ko's module parameter gsi_port, docs/spec.md, "Kernel GSI traffic"): outside the
  * home ports above and not RoCE v2's 4791, so that rxe and MetaRoCE can
  * share a host. */
 #define METAROCE_GSI_PORT_DEFAULT 4788

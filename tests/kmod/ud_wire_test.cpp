@@ -40,7 +40,7 @@ TEST(UdWire, ConstantsAgreeWithTheUserSpaceWireFormat) {
               METAROCE_GSI_PORT_DEFAULT > METAROCE_HOME_PORT_BASE + METAROCE_SLOT_MAX);
 }
 
-// The example of docs/spec.md §10.
+// The example of docs/spec.md, "Kernel GSI traffic".
 TEST(UdWire, GoldenBytes) {
   const mroce_ud_hdr h = example_header();
   const uint8_t payload[3] = {0xde, 0xad, 0xbe};

@@ -1,0 +1,315 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+# rdma_cm over metaroce.ko's QP1, run inside the test VM (tests/vm/vm-run.sh)
+# as root on a throw-away overlay of the host's root: unmodified librdmacm
+# programs between two network namespaces joined by veth (mr0 in ns0, mr1
+# in ns1), without and with 1% nftables loss on every UDP datagram (the CM's
+# MADs included), beside rxe running the same programs in the initial
+# namespace (its own loopback: rxe in 6.1 has no namespace support, and no
+# loss reaches it); then the failure paths: no listener, a peer killed
+# mid-connection, the port going down and up, `rdma link del` and rmmod with
+# rdma_cm ids open, and a clean kernel log.
+# Prints "PASS: ..." / "FAIL: ..." / "BLOCKED: ..." lines; exits 0 only if
+# nothing failed (BLOCKED: a program the provider cannot serve yet, with
+# the reason).
+set -u
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+. "$(dirname "$0")/guest-lib.sh"
+
+BLOCKED=0
+blocked() { echo "BLOCKED: $*"; BLOCKED=$((BLOCKED + 1)); }
+echo "# guest: $(uname -r), $(nproc) CPUs"
+suite_start=$(date +%s)
+
+provider_dir=$(pkg-config --variable=libdir libibverbs 2>/dev/null)/libibverbs
+[ -d "$provider_dir" ] || provider_dir=/usr/lib/x86_64-linux-gnu/libibverbs
+cp "$MROCE_STAGE/provider/libmetaroce-rdmav34.so" "$provider_dir/"
+echo "driver metaroce" >/etc/libibverbs.d/metaroce.driver
+
+make_pair ns0 ns1 mra mrb 10.0.0
+# An IPv6-only pair (the provider's device address is the netdev's).
+make_pair ns2 ns3 mrc mrd 10.0.9
+in_ns ns2 ip addr flush dev mrc scope global; in_ns ns3 ip addr flush dev mrd scope global
+in_ns ns2 ip addr add fd00:6::1/64 dev mrc nodad; in_ns ns3 ip addr add fd00:6::2/64 dev mrd nodad
+ip link add rxa type veth peer name rxb
+ip addr add 10.0.1.1/24 dev rxa
+ip link set rxa up; ip link set rxb up
+
+check "rdma link add mr0 type metaroce netdev mra (ns0)" in_ns ns0 rdma link add mr0 type metaroce netdev mra
+check "rdma link add mr1 type metaroce netdev mrb (ns1)" in_ns ns1 rdma link add mr1 type metaroce netdev mrb
+check "rdma link add mr2, mr3 on the IPv6 pair" sh -c "ip netns exec ns2 rdma link add mr2 type metaroce netdev mrc && ip netns exec ns3 rdma link add mr3 type metaroce netdev mrd"
+check "rdma link add rxe0 type rxe netdev rxa" rdma link add rxe0 type rxe netdev rxa
+check "rdma_ucm is loaded (metaroce's soft dependency)" module_loaded rdma_ucm
+check "/dev/infiniband/rdma_cm exists" test -c /dev/infiniband/rdma_cm
+gsi_qp() { rdma resource show qp link "$1/1" 2>/dev/null | grep -q 'lqpn 1 .*type GSI'; }
+check "the MAD layer created QP1 on mr0 (rdma resource: lqpn 1, type GSI)" gsi_qp mr0
+rdma resource show qp link mr0/1 | sed 's/^/# /'
+check "port capabilities: CM supported (sysfs cap_mask)" sh -c "[ \$(( \$(cat /sys/class/infiniband/mr0/ports/1/cap_mask) & 0x10000 )) -ne 0 ]"
+for d in "mr0 10.0.0.1" "mr1 10.0.0.2" "rxe0 10.0.1.1"; do set -- $d; wait_until 20 gid_index "$1" "$2"; done
+
+# --- programs ------------------------------------------------------------------
+# cm_listening ADDR PORT: an rdma_cm id listens on PORT (rdma resource;
+# ADDR or the wildcard address, as perftest binds).
+cm_listening() { rdma resource show cm_id 2>/dev/null | grep 'state LISTEN' | grep -qE "src-addr [^ ]*:$2( |\$)"; }
+declare -A RESULT
+PORT=7000
+# run_pair NAME TR LOSS WAIT CHECK -- SERVER... -- CLIENT...
+#   TR: metaroce (server ns0 on 10.0.0.1, client ns1) or rxe (both in the
+#   initial namespace on 10.0.1.1); SADDR and PORT are set for the
+#   commands. WAIT: cm (an rdma_cm listener on SADDR:PORT) or tcp:N (a TCP
+#   listener on port N). CHECK: a function given the client's and the
+#   server's log files that prints the success line or fails.
+run_pair() {
+  local name=$1 tr=$2 loss=$3 wait=$4 checkfn=$5; shift 5
+  [ "$1" = -- ] && shift
+  local server=() client=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do server+=("$1"); shift; done
+  shift
+  client=("$@")
+  local sns=ns0 cns=ns1 log=/tmp/cm.$name.$tr.$loss
+  [ "$tr" = rxe ] && sns=init cns=init
+  in_ns $sns timeout 120 "${server[@]}" >"$log.server" 2>&1 &
+  local spid=$! ok=1
+  case $wait in
+    cm) wait_until 60 cm_listening "$SADDR" "$PORT" || ok=0 ;;
+    tcp:*) wait_until 60 listening $sns "${wait#tcp:}" || ok=0 ;;
+  esac
+  if [ $ok = 0 ]; then
+    fail "$name over $tr, loss $loss: the server did not listen"
+    sed 's/^/#   server: /' "$log.server" | tail -n 15
+    kill $spid 2>/dev/null; wait $spid 2>/dev/null; RESULT[$name,$tr,$loss]=fail; return
+  fi
+  local start=$(date +%s.%N) cstatus=0 sstatus=0
+  in_ns $cns timeout 120 "${client[@]}" >"$log.client" 2>&1 || cstatus=$?
+  wait $spid || sstatus=$?
+  local secs; secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  local line
+  if [ $cstatus -eq 0 ] && [ $sstatus -eq 0 ] && line=$($checkfn "$log.client" "$log.server"); then
+    pass "$name over $tr, loss $loss in ${secs}s: $line"
+    RESULT[$name,$tr,$loss]="ok ${secs}s"
+  else
+    fail "$name over $tr, loss $loss (client $cstatus, server $sstatus)"
+    sed 's/^/#   client: /' "$log.client" | tail -n 15; sed 's/^/#   server: /' "$log.server" | tail -n 10
+    RESULT[$name,$tr,$loss]=fail
+  fi
+}
+addr_of() { [ "$1" = rxe ] && echo 10.0.1.1 || echo 10.0.0.1; }
+dev_of() { [ "$1" = rxe ] && echo rxe0 || echo mr1; }
+sdev_of() { [ "$1" = rxe ] && echo rxe0 || echo mr0; }
+
+RPING_COUNT=20
+rping_ok() {  # every ping's data came back and was checked (-V)
+  local n; n=$(grep -c '^ping data: ' "$1")
+  [ "$n" -eq $RPING_COUNT ] && ! grep -q 'data mismatch' "$1" && echo "$n pings, data validated (-V)"
+}
+ucmatose_ok() { grep -q 'return status 0' "$1" && echo "$(grep -c 'completion' "$1") completion lines, $(grep 'return status' "$1")"; }
+udaddy_ok() { grep -q 'return status 0' "$1" && echo "$(grep 'return status' "$1")"; }
+rdma_client_ok() { grep -q 'rdma_client: end 0' "$1" && grep -q 'rdma_server: end 0' "$2" && echo "rdma_client: end 0, rdma_server: end 0"; }
+perftest_bw_ok() { local l; l=$(awk '$1 == 65536 && NF >= 4 { print; exit }' "$1"); [ "$(echo "$l" | awk '{print $2}')" = 100 ] && echo "perftest: $l"; }
+perftest_lat_ok() { local l; l=$(awk '$1 == 2 && NF >= 5 { print; exit }' "$1"); [ "$(echo "$l" | awk '{print $2}')" = 200 ] && echo "perftest: $l"; }
+# The result line: name bytes xfers iters total time Gb/sec usec/xfer.
+rstream_ok() { local l; l=$(grep -E '^custom +4k +100 ' "$1" | tail -n 1); [ -n "$l" ] && echo "$(echo $l)"; }
+fi_pingpong_ok() { local l; l=$(grep -E '^[0-9]+' "$1" | tail -n 1); [ -n "$l" ] && echo "fi_pingpong: $l"; }
+fio_ok() { grep -q 'err= 0' "$1" && ! grep -qi 'verify: bad\|bad magic\|verify failed' "$1" "$2" && echo "$(grep -E '^ *(read|write):' "$1" | head -n 1 | sed 's/^ *//')"; }
+
+programs() {  # programs TR LOSS
+  local tr=$1 loss=$2 cdev sdev
+  SADDR=$(addr_of $tr); cdev=$(dev_of $tr); sdev=$(sdev_of $tr)
+  PORT=$((PORT + 1))
+  run_pair rping $tr $loss cm rping_ok -- rping -s -a $SADDR -p $PORT -C $RPING_COUNT -- rping -c -a $SADDR -p $PORT -C $RPING_COUNT -v -V
+  PORT=$((PORT + 1))
+  run_pair ucmatose $tr $loss cm ucmatose_ok -- ucmatose -b $SADDR -p $PORT -- ucmatose -s $SADDR -p $PORT
+  PORT=$((PORT + 1))
+  run_pair rdma_client $tr $loss cm rdma_client_ok -- rdma_server -s $SADDR -p $PORT -- rdma_client -s $SADDR -p $PORT
+  PORT=$((PORT + 1))
+  run_pair ib_write_bw_R $tr $loss cm perftest_bw_ok -- ib_write_bw -R -d $sdev -n 100 -s 65536 -F -p $PORT -- ib_write_bw -R -d $cdev -n 100 -s 65536 -F -p $PORT $SADDR
+  PORT=$((PORT + 1))
+  run_pair ib_send_lat_R $tr $loss cm perftest_lat_ok -- ib_send_lat -R -d $sdev -n 200 -F -p $PORT -- ib_send_lat -R -d $cdev -n 200 -F -p $PORT $SADDR
+  PORT=$((PORT + 1))
+  run_pair rstream $tr $loss cm rstream_ok -- rstream -b $SADDR -p $PORT -S 4096 -C 100 -T v -- rstream -s $SADDR -p $PORT -S 4096 -C 100 -T v
+  PORT=$((PORT + 1))
+  run_pair riostream $tr $loss cm rstream_ok -- riostream -b $SADDR -p $PORT -S 4096 -C 100 -T v -- riostream -s $SADDR -p $PORT -S 4096 -C 100 -T v
+  PORT=$((PORT + 1))
+  run_pair fio_read $tr $loss cm fio_ok -- \
+    fio --name=server --ioengine=rdma --bindname=$SADDR --port=$PORT --rw=write --bs=64k --size=4m --iodepth=4 --verify_pattern=0x5aa5c33c -- \
+    fio --name=client --ioengine=rdma --hostname=$SADDR --port=$PORT --verb=read --rw=read --bs=64k --size=4m --iodepth=4 --verify=pattern --verify_pattern=0x5aa5c33c
+  PORT=$((PORT + 1))
+  run_pair fio_write $tr $loss cm fio_ok -- \
+    fio --name=server --ioengine=rdma --bindname=$SADDR --port=$PORT --rw=read --bs=64k --size=4m --iodepth=4 --verb=send --verify=pattern --verify_pattern=0x3cc35aa5 -- \
+    fio --name=client --ioengine=rdma --hostname=$SADDR --port=$PORT --verb=send --rw=write --bs=64k --size=4m --iodepth=4 --verify_pattern=0x3cc35aa5
+  PORT=$((PORT + 1))
+  run_pair fi_pingpong $tr $loss tcp:$PORT fi_pingpong_ok -- fi_pingpong -p "verbs;ofi_rxm" -e rdm -B $PORT -I 10 -S 4096 -c -- fi_pingpong -p "verbs;ofi_rxm" -e rdm -P $PORT -I 10 -S 4096 -c $SADDR
+  PORT=$((PORT + 1))
+  run_pair udaddy $tr $loss cm udaddy_ok -- udaddy -b $SADDR -p $PORT -- udaddy -s $SADDR -p $PORT
+}
+PROGRAMS="rping ucmatose rdma_client ib_write_bw_R ib_send_lat_R rstream riostream fio_read fio_write fi_pingpong udaddy"
+
+set_loss() {  # set_loss PERCENT: on every UDP datagram ns0 and ns1 receive
+  local ns
+  for ns in ns0 ns1; do
+    in_ns $ns nft delete table inet cmloss 2>/dev/null
+    [ "$1" = 0 ] && continue
+    in_ns $ns nft -f - <<NFT
+table inet cmloss {
+  chain input {
+    type filter hook input priority 0;
+    meta l4proto udp numgen random mod 100 < $1 counter drop
+  }
+}
+NFT
+  done
+}
+dropped() { local n=0 ns c; for ns in ns0 ns1; do c=$(in_ns $ns nft list table inet cmloss 2>/dev/null | awk '/counter/ { for (i = 1; i <= NF; i++) if ($i == "packets") print $(i + 1) }'); n=$((n + ${c:-0})); done; echo $n; }
+
+# --- discovery: libfabric and UCX see the devices through librdmacm ------------
+fi_info_ok() { in_ns ns0 fi_info -p verbs >/tmp/fi_info.out 2>&1 && grep -q 'domain: mr0' /tmp/fi_info.out; }
+check "fi_info -p verbs (ns0) lists a domain on mr0" fi_info_ok
+grep -E 'provider|fabric|domain' /tmp/fi_info.out | sort | uniq | head -n 8 | sed 's/^/#   /'
+ucx_cm_ok() { in_ns ns0 ucx_info -d >/tmp/ucx_info.out 2>&1; grep -q 'Connection manager: rdmacm' /tmp/ucx_info.out && ! grep -q 'failed to open connection manager' /tmp/ucx_info.out; }
+check "ucx_info -d (ns0) lists the rdmacm connection manager" ucx_cm_ok
+grep -A3 'Connection manager' /tmp/ucx_info.out | sed 's/^/#   /' | head -n 6
+grep -i 'failed' /tmp/ucx_info.out | sed 's/^/#   /' | head -n 4
+
+for loss in 0 1; do
+  set_loss $loss
+  programs metaroce $loss
+  [ $loss = 0 ] && programs rxe $loss
+  if [ $loss != 0 ]; then
+    d=$(dropped)
+    if [ "$d" -gt 0 ]; then pass "1% loss was applied ($d datagrams dropped in ns0 and ns1)"; else fail "1% loss was applied"; fi
+  fi
+done
+set_loss 0
+
+# IPv6: rping between the IPv6-only pair.
+SADDR=fd00:6::1 PORT=$((PORT + 1))
+v6_rping() {
+  ip netns exec ns2 timeout 120 rping -s -a fd00:6::1 -p $PORT -C $RPING_COUNT >/tmp/cm.rping6.server 2>&1 &
+  local s=$!
+  wait_until 60 cm_listening fd00:6::1 $PORT
+  ip netns exec ns3 timeout 120 rping -c -a fd00:6::1 -p $PORT -C $RPING_COUNT -v -V >/tmp/cm.rping6.client 2>&1
+  local c=$?
+  wait $s && [ $c -eq 0 ] && rping_ok /tmp/cm.rping6.client
+}
+if line=$(v6_rping); then pass "rping over IPv6 (fd00:6::2 -> fd00:6::1): $line"; else
+  fail "rping over IPv6"; sed 's/^/#   client: /' /tmp/cm.rping6.client | tail; sed 's/^/#   server: /' /tmp/cm.rping6.server | tail; fi
+
+# --- the GSI counters --------------------------------------------------------------
+hw() { cat /sys/class/infiniband/$1/ports/1/hw_counters/$2 2>/dev/null || echo 0; }
+check "mr0 received and sent MADs (hw_counters gsi_rx_mads, gsi_tx_mads)" sh -c "[ $(hw mr0 gsi_rx_mads) -gt 0 ] && [ $(hw mr0 gsi_tx_mads) -gt 0 ]"
+rdma statistic show link mr0/1 2>/dev/null | sed 's/^/# /'
+
+# --- failure paths ---------------------------------------------------------------
+# A connect to an address with no listener is rejected by the peer's CM.
+nolisten() { in_ns ns1 timeout 60 rping -c -a 10.0.0.1 -p 6999 -C 1 >/tmp/cm.nolisten 2>&1; }
+if nolisten; then fail "rping to a port with no listener fails"; else
+  s=$?
+  if [ $s -ne 124 ] && grep -qiE 'reject|unreachable|error|fail' /tmp/cm.nolisten; then
+    pass "rping to a port with no listener fails promptly (status $s): $(grep -iE 'reject|unreachable|error|fail' /tmp/cm.nolisten | head -n 1)"
+  else
+    fail "rping to a port with no listener: status $s (124 = hung)"; sed 's/^/#   /' /tmp/cm.nolisten
+  fi
+fi
+# A host that does not answer: no route to it, address resolution times out.
+noaddr() { in_ns ns1 timeout 60 rping -c -a 10.0.0.77 -p 6999 -C 1 >/tmp/cm.noaddr 2>&1; }
+if noaddr; then fail "rping to an address nobody has fails"; else
+  s=$?; if [ $s -ne 124 ]; then pass "rping to an address nobody has fails within rdma_cm's timeout (status $s): $(head -n 1 /tmp/cm.noaddr)"; else fail "rping to an address nobody has hung"; fi
+fi
+# A peer killed mid-connection: the other side sees the disconnect (or its
+# own error) and exits; nothing hangs, nothing leaks.
+PORT=$((PORT + 1))
+ip netns exec ns0 timeout 120 rping -s -a 10.0.0.1 -p $PORT -C 100000 >/tmp/cm.kill.server 2>&1 &
+kserver=$!
+wait_until 60 cm_listening 10.0.0.1 $PORT
+ip netns exec ns1 timeout 120 rping -c -a 10.0.0.1 -p $PORT -C 100000 -v >/tmp/cm.kill.client 2>&1 &
+kclient=$!
+connected() { [ "$(grep -c '^ping data' /tmp/cm.kill.client)" -ge 3 ]; }
+if wait_until 60 connected; then
+  kill -9 $kclient; wait $kclient 2>/dev/null
+  # The server finds out from its next failed operation (a retry timeout)
+  # or from the client's CM disconnect.
+  if wait_until 90 sh -c "! kill -0 $kserver 2>/dev/null"; then
+    wait $kserver; s=$?
+    if [ $s -ne 124 ]; then pass "the server of a client killed mid-connection exits by itself (status $s)"; else fail "the server of a killed client hung until its timeout"; fi
+  else
+    fail "the server of a client killed mid-connection is still running after 90 s"; kill -9 $kserver
+  fi
+else
+  fail "rping connected before the kill"; sed 's/^/#   /' /tmp/cm.kill.client | tail; kill -9 $kclient $kserver 2>/dev/null
+fi
+wait $kserver $kclient 2>/dev/null
+no_user_cm_ids() { ! rdma resource show cm_id 2>/dev/null | grep -q 'comm rping'; }
+check "no rping cm_id left behind" wait_until 30 no_user_cm_ids
+
+# Port state: the netdev going down reaches the device's users as a port
+# event, and rdma_cm connects again once it is up.
+ip netns exec ns1 timeout 60 ibv_asyncwatch -d mr1 >/tmp/cm.async 2>&1 &
+watch=$!
+sleep_until_watching() { [ -s /tmp/cm.async ] || kill -0 $watch; }
+wait_until 10 sleep_until_watching
+in_ns ns1 ip link set mrb down
+check "port of mr1 DOWN in sysfs after ip link set mrb down" wait_until 20 grep -q DOWN /sys/class/infiniband/mr1/ports/1/state
+check "ibv_asyncwatch -d mr1 got IBV_EVENT_PORT_ERR" wait_until 20 grep -q 'PORT_ERR' /tmp/cm.async
+in_ns ns1 ip link set mrb up
+check "port of mr1 ACTIVE again" wait_until 20 grep -q ACTIVE /sys/class/infiniband/mr1/ports/1/state
+check "ibv_asyncwatch -d mr1 got IBV_EVENT_PORT_ACTIVE" wait_until 20 grep -q 'PORT_ACTIVE' /tmp/cm.async
+kill $watch 2>/dev/null; wait $watch 2>/dev/null
+sed 's/^/#   asyncwatch: /' /tmp/cm.async | head -n 6
+wait_until 20 gid_index mr1 10.0.0.2
+SADDR=10.0.0.1 PORT=$((PORT + 1))
+run_pair rping_after_up metaroce 0 cm rping_ok -- rping -s -a $SADDR -p $PORT -C $RPING_COUNT -- rping -c -a $SADDR -p $PORT -C $RPING_COUNT -v -V
+
+# `rdma link del` with rdma_cm ids open: a listener on mr2... (the IPv6 pair)
+PORT=$((PORT + 1))
+ip netns exec ns2 timeout 120 rping -s -a fd00:6::1 -p $PORT -C 5 >/tmp/cm.del.server 2>&1 &
+dserver=$!
+has_listener() { rdma resource show cm_id 2>/dev/null | grep -q "link mr2/1 .*state LISTEN"; }
+if wait_until 60 has_listener; then
+  if in_ns ns2 rdma link del mr2 && wait_until 30 sh -c "[ ! -e /sys/class/infiniband/mr2 ]"; then
+    pass "rdma link del mr2 with a listening rdma_cm id removes the device"
+  else
+    fail "rdma link del mr2 with a listening rdma_cm id"
+  fi
+  if wait_until 60 sh -c "! kill -0 $dserver 2>/dev/null"; then
+    pass "the listener on the removed device was told (it exited: $(tail -n 1 /tmp/cm.del.server))"
+  else
+    fail "the listener on the removed device is still there after 60 s"; kill -9 $dserver
+  fi
+else
+  fail "an rping listener on mr2"; sed 's/^/#   /' /tmp/cm.del.server
+  kill $dserver
+fi
+wait $dserver 2>/dev/null
+
+# rmmod with an rdma_cm id open: the devices go, the id is told.
+PORT=$((PORT + 1))
+ip netns exec ns0 timeout 120 rping -s -a 10.0.0.1 -p $PORT -C 5 >/tmp/cm.rmmod.server 2>&1 &
+rserver=$!
+wait_until 60 cm_listening 10.0.0.1 $PORT
+check "rmmod metaroce with an rdma_cm listener on mr0" rmmod metaroce
+check "the listener was told and exited" wait_until 60 sh -c "! kill -0 $rserver 2>/dev/null"
+kill -9 $rserver 2>/dev/null; wait $rserver 2>/dev/null
+check "metaroce is unloaded" sh -c "! grep -q '^metaroce ' /proc/modules"
+check "modprobe metaroce, rdma link add, rdma link del, rmmod" sh -c \
+  "modprobe metaroce && ip netns exec ns0 rdma link add mr0 type metaroce netdev mra && rdma link del mr0 && rmmod metaroce"
+check "rdma link del rxe0" rdma link del rxe0
+
+# --- the table -----------------------------------------------------------------
+echo "# rdma_cm programs under emulation (TCG): pass/fail and wall-clock time."
+echo "# rxe: one device, both ends in the initial namespace (its loopback, no loss)."
+printf '# %-14s %16s %16s %16s\n' program "metaroce 0%" "metaroce 1%" "rxe 0%"
+for p in $PROGRAMS; do
+  printf '# %-14s %16s %16s %16s\n' $p "${RESULT[$p,metaroce,0]:-n/a}" "${RESULT[$p,metaroce,1]:-n/a}" "${RESULT[$p,rxe,0]:-n/a}"
+done
+
+bad='WARNING:|BUG:|Oops|general protection|Call Trace|kmemleak|unreferenced object|refcount_t|use-after-free|list_del corruption|hung_task|INFO: task|still in use at unload|left at unload'
+if dmesg | grep -Eq "$bad"; then
+  fail "kernel log is free of warnings, oopses and leak reports"
+  dmesg | grep -E -B2 -A25 "$bad" | head -n 80 | sed 's/^/#   /'
+else
+  pass "kernel log is free of warnings, oopses and leak reports"
+fi
+dmesg | grep -iE 'metaroce|ib_mad|cma|ib_cm' | tail -n 20 | sed 's/^/# dmesg: /'
+echo "# rdma_cm suite: $(elapsed $suite_start)s in the guest"
+echo "# $PASSED passed, $FAILED failed, $BLOCKED blocked"
+[ $FAILED -eq 0 ]
