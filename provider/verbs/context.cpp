@@ -349,8 +349,12 @@ void Context::on_completion(uint32_t cq) {
   auto it = cqs.find(cq);
   if (it == cqs.end()) return;
   Cq* c = it->second;
-  c->pushed.fetch_add(1, std::memory_order_release);
-  if ((c->event_fd >= 0 || c->kernel_events) && c->armed.exchange(false, std::memory_order_acq_rel)) {
+  // seq_cst with req_notify_cq's store and poll_cq's load: either this sees
+  // the arm or the application's poll after arming sees this completion
+  // (release/acquire alone lets both miss each other, and the application
+  // then waits for an event that never comes).
+  c->pushed.fetch_add(1, std::memory_order_seq_cst);
+  if ((c->event_fd >= 0 || c->kernel_events) && c->armed.exchange(false, std::memory_order_seq_cst)) {
     if (c->kernel_events) {
       // metaroce.ko posts the event to the kernel channel (see cq.cpp).
       (void)ibv_cmd_req_notify_cq(&c->ibv, 0);

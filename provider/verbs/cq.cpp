@@ -114,7 +114,7 @@ int destroy_cq(ibv_cq* ibcq) {
 int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   Cq* cq = cq_of(ibcq);
   if (num_entries <= 0) return 0;
-  if (cq->pushed.load(std::memory_order_acquire) == cq->polled.load(std::memory_order_relaxed)) {
+  if (cq->pushed.load(std::memory_order_seq_cst) == cq->polled.load(std::memory_order_relaxed)) {
     // A busy-polling application would otherwise keep the CPU from the
     // progress thread that produces its completions (few cores, several
     // processes): give it way now and then.
@@ -140,7 +140,7 @@ int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
 
 int req_notify_cq(ibv_cq* ibcq, int /*solicited_only*/) {
   // Every completion counts as solicited: a superset of what verbs promises.
-  cq_of(ibcq)->armed.store(true, std::memory_order_release);
+  cq_of(ibcq)->armed.store(true, std::memory_order_seq_cst);  // see Context::on_completion
   return 0;
 }
 
