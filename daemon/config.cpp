@@ -125,7 +125,7 @@ void read_policy(Reader& r, const toml::table& t, std::string_view where, ctl::P
 }
 
 void read(Reader& r, const toml::table& root, Config& c) {
-  r.check_keys(root, "", {"daemon", "ports", "discovery", "congestion"});
+  r.check_keys(root, "", {"daemon", "ports", "discovery", "security", "congestion"});
   if (const toml::table* t = r.table(root, "daemon")) {
     r.check_keys(*t, "daemon", {"log_level", "socket", "stats_interval_ms", "planes"});
     r.string(*t, "log_level", c.log_level);
@@ -182,6 +182,16 @@ void read(Reader& r, const toml::table& root, Config& c) {
     r.integer(*t, "timeout_ms", 10, 10'000, d.timeout_ms);
   }
   c.classes["default"] = ctl::Policy{};
+  if (const toml::table* t = r.table(root, "security")) {
+    r.check_keys(*t, "security", {"mode", "secret_file"});
+    r.string(*t, "mode", c.security.mode);
+    if (t->get("mode") && std::find(std::begin(ctl::kSecurityModes), std::end(ctl::kSecurityModes),
+                                    c.security.mode) == std::end(ctl::kSecurityModes))
+      r.error(t->get("mode"), "mode '" + c.security.mode + "' is not one of integrity, authenticate, encrypt");
+    r.string(*t, "secret_file", c.security.secret_file);
+    if (t->get("secret_file") && (c.security.secret_file.empty() || c.security.secret_file[0] != '/'))
+      r.error(t->get("secret_file"), "secret_file must be an absolute path");
+  }
   if (const toml::table* t = r.table(root, "congestion")) {
     for (const auto& [key, node] : *t) {
       const std::string name(key.str());

@@ -34,6 +34,14 @@ struct DiscoveryConfig {
   uint32_t timeout_ms = 300;  // wait this long for the last time-exceeded answer
 };
 
+// docs/spec.md section 9: how every provider protects its datagrams.
+struct SecurityConfig {
+  std::string mode = "integrity";  // one of ctl::kSecurityModes
+  // Authenticate and encrypt: the cluster secret (hex), owned by the daemon's
+  // user, mode 0600 or stricter (cluster_secret.h).
+  std::string secret_file = "/etc/metaroce/cluster.key";
+};
+
 struct Config {
   std::string log_level = "info";
   std::string socket_path = "/run/metaroce/metaroced.sock";
@@ -41,6 +49,7 @@ struct Config {
   std::vector<std::string> planes;    // netdevs; empty = every non-loopback link
   PortsConfig ports;
   DiscoveryConfig discovery;
+  SecurityConfig security;
   // Traffic class name -> policy; "default" always exists.
   std::map<std::string, ctl::Policy> classes;
 };

@@ -52,6 +52,14 @@ Server::~Server() {
 bool Server::start(std::string& error) {
   started_ = std::chrono::steady_clock::now();
   allocator_ = std::make_unique<PortAllocator>(config_.ports);
+  if (config_.security.mode != "integrity") {
+    std::optional<std::vector<uint8_t>> secret = load_cluster_secret(config_.security.secret_file, error);
+    if (!secret) {
+      error = "security mode " + config_.security.mode + ": " + error;
+      return false;
+    }
+    secret_ = std::move(*secret);
+  }
 
   sigset_t mask;
   sigemptyset(&mask);
@@ -233,11 +241,15 @@ void Server::handle(Client& c, const ctl::Message& m) {
     case ctl::Type::PeerPorts:
       send(c, peer_ports(c, m.body));
       return;
+    case ctl::Type::PeerKey:
+      send(c, peer_key(c, m.body));
+      return;
     case ctl::Type::Reload:
       send(c, reload(c));
       return;
     case ctl::Type::LeaseOk:
     case ctl::Type::PeerPortsOk:
+    case ctl::Type::PeerKeyOk:
     case ctl::Type::Policy:
     case ctl::Type::Ok:
     case ctl::Type::Error:
@@ -290,6 +302,29 @@ nlohmann::json Server::lease(Client& c, const nlohmann::json& body) {
   r["class"] = traffic_class;
   r["policy"] = ctl::policy_to_json(policy_of(traffic_class));
   r["stats_interval_ms"] = config_.stats_interval_ms;
+  r["security"] = config_.security.mode;
+  return r;
+}
+
+nlohmann::json Server::peer_key(const Client& c, const nlohmann::json& body) {
+  if (secret_.empty()) return ctl::make_error("security mode is " + config_.security.mode + ": there are no keys");
+  const uint16_t home_port = body["home_port"].get<uint16_t>();
+  const auto lease = std::find_if(c.leases.begin(), c.leases.end(),
+                                  [&](const Client::Lease& l) { return l.ports.home_port == home_port; });
+  // Keys only for the endpoint this client leased: another local process
+  // cannot obtain the key of an endpoint pair it is not part of.
+  if (lease == c.leases.end())
+    return ctl::make_error("home port " + std::to_string(home_port) + " is not leased on this connection");
+  const std::string dest = body["dest"].get<std::string>();
+  const uint16_t dport = body.value("dport", config_.ports.home_first);
+  std::string error;
+  const std::optional<PairKeyResult> key = derive_pair_key(secret_, lease->address, home_port, dest, dport, error);
+  if (!key) return ctl::make_error(error);
+  nlohmann::json r = ctl::make(ctl::Type::PeerKeyOk);
+  r["dest"] = dest;
+  r["dport"] = dport;
+  r["key"] = to_hex(key->key);
+  r["role"] = key->role;
   return r;
 }
 
@@ -436,8 +471,11 @@ bool Server::reload_config(std::string& error) {
   // What the running allocations and socket depend on needs a restart.
   if (next.socket_path != config_.socket_path || std::memcmp(&next.ports, &config_.ports, sizeof next.ports) != 0)
     spdlog::warn("reload: socket and [ports] changes take effect at the next start");
+  if (next.security.mode != config_.security.mode || next.security.secret_file != config_.security.secret_file)
+    spdlog::warn("reload: [security] changes take effect at the next start");
   next.socket_path = config_.socket_path;
   next.ports = config_.ports;
+  next.security = config_.security;
   config_ = std::move(next);
   if (auto level = spdlog::level::from_str(config_.log_level); level != spdlog::level::off || config_.log_level == "off")
     spdlog::set_level(level);

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cluster_secret.h"
 #include "config.h"
 #include "discovery.h"
 #include "metaroce/ctl.h"
@@ -59,6 +60,7 @@ class Server {
   nlohmann::json lease(Client& c, const nlohmann::json& body);
   nlohmann::json paths(const nlohmann::json& body);
   nlohmann::json peer_ports(const Client& c, const nlohmann::json& body);
+  nlohmann::json peer_key(const Client& c, const nlohmann::json& body);
   nlohmann::json status() const;
   nlohmann::json reload(const Client& c);
   bool reload_config(std::string& error);
@@ -69,6 +71,7 @@ class Server {
 
   Config config_;
   std::string config_path_;
+  std::vector<uint8_t> secret_;  // the cluster secret; empty in integrity mode
   int listen_fd_ = -1;
   int signal_fd_ = -1;
   bool socket_created_ = false;

@@ -11,6 +11,7 @@
  * drivers' devices) and lets module exit find what is left.
  */
 #include <linux/if_arp.h>
+#include <linux/random.h>
 #include <net/addrconf.h>
 #include <rdma/ib_cache.h>
 
@@ -80,6 +81,9 @@ int mroce_newlink(const char *ibdev_name, struct net_device *ndev)
 	dev->ib.uverbs_cmd_mask |= BIT_ULL(IB_USER_VERBS_CMD_REQ_NOTIFY_CQ);
 	spin_lock_init(&dev->gsi_lock);
 	dev->port_state = mroce_port_state(ndev);
+	do
+		dev->epoch = get_random_u32();
+	while (!dev->epoch);
 	dev->ib.node_type = RDMA_NODE_IB_CA;
 	dev->ib.phys_port_cnt = 1;
 	dev->ib.num_comp_vectors = 1;
@@ -150,7 +154,9 @@ void mroce_netdev_gone(struct net_device *ndev)
 	mutex_unlock(&mroce_devices_lock);
 }
 
-void mroce_port_changed(struct net_device *ndev)
+/* PORT_ACTIVE / PORT_ERR when the netdev's carrier comes or goes, once per
+ * change (NETDEV_CHANGE also comes for other reasons). */
+void mroce_netdev_port_event(struct net_device *ndev)
 {
 	struct ib_event event = { .element.port_num = 1 };
 	struct mroce_dev *dev;
@@ -160,7 +166,8 @@ void mroce_port_changed(struct net_device *ndev)
 	dev = mroce_find_locked(ndev);
 	if (dev && dev->port_state != state && ib_device_try_get(&dev->ib)) {
 		/* As rxe: the RDMA core's cache, rdma_cm and user space
-		 * (ibv_get_async_event) hear of it. */
+		 * (uverbs writes it to every context's async event file) hear
+		 * of it. */
 		dev->port_state = state;
 		event.device = &dev->ib;
 		event.event = state == IB_PORT_ACTIVE ? IB_EVENT_PORT_ACTIVE : IB_EVENT_PORT_ERR;

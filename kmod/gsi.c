@@ -362,6 +362,7 @@ static int mroce_gsi_post_send_one(struct mroce_qp *qp, const struct ib_send_wr 
 	s->dst = ah->dst;
 	s->hdr = (struct mroce_ud_hdr){
 		.home_port = mroce_gsi_port,
+		.src_epoch = mroce_dev_of(qp)->epoch,
 		.dst_qpn = ud->remote_qpn,
 		.src_qpn = qp->ib.qp_num,
 		.qkey = mroce_ud_send_qkey(ud->remote_qkey, gsi->qkey),
@@ -507,16 +508,21 @@ int mroce_gsi_deliver(struct mroce_gsi_net *g, const struct mroce_addr *src, con
 	struct mroce_addr checked;
 	struct mroce_ud_hdr hdr;
 	struct mroce_dev *dev;
-	size_t off = 0;
+	size_t off = 0, payload_len = 0;
 	int stat;
 
 	mroce_gid_from_addr(dst, dgid.raw);
 	dev = mroce_find_by_gid(g, &dgid);
 	if (!dev)
 		return -ENODEV;
-	stat = mroce_ud_decode(buf, min_t(int, len, MROCE_GSI_DATAGRAM_LEN), &hdr, &off);
+	/* Longer than one MAD's datagram: not for QP1, whatever it holds
+	 * (the CRC covers bytes buf does not have). */
+	if (len > MROCE_GSI_DATAGRAM_LEN)
+		stat = MROCE_UD_BAD_LENGTH;
+	else
+		stat = mroce_ud_decode(buf, len, &hdr, &off, &payload_len);
 	if (stat == MROCE_UD_OK)
-		stat = mroce_gsi_check(&hdr, len - off);
+		stat = mroce_gsi_check(&hdr, payload_len);
 	mroce_gid_from_addr(src, sgid.raw);
 	/* A reply must not go to a multicast or unspecified address. */
 	if (stat == MROCE_UD_OK && mroce_addr_from_gid(sgid.raw, &checked))

@@ -34,7 +34,9 @@ static int mroce_netdev_event(struct notifier_block *nb, unsigned long event, vo
 	case NETDEV_UP:
 	case NETDEV_DOWN:
 	case NETDEV_CHANGE:
-		mroce_port_changed(ndev);
+		mroce_netdev_port_event(ndev);
+		break;
+	default:
 		break;
 	}
 	return NOTIFY_OK;

@@ -22,13 +22,18 @@
  * netdev's IPv4 and IPv6 addresses, filled by the RDMA core. */
 #define MROCE_GID_TABLE_LEN METAROCE_GID_TABLE_LEN
 #define MROCE_MAX_QP_WR 4096
-#define MROCE_MAX_SGE 4
+#define MROCE_MAX_SGE 8
 #define MROCE_MAX_CQE (1 << 20)
 #define MROCE_MAX_RD_ATOMIC 16
 #define MROCE_MAX_PD (1 << 16)
 #define MROCE_MAX_CQ (1 << 16)
 #define MROCE_MAX_MR (1 << 20)
 #define MROCE_MAX_INLINE 4096
+/* Shared receive queues and address handles live in the provider; these are
+ * the limits it reports too. */
+#define MROCE_MAX_SRQ (1 << 12)
+#define MROCE_MAX_SRQ_WR (1 << 14)
+#define MROCE_MAX_AH (1 << 16)
 /* The GSI QP and kernel CQs (sized by the MAD layer: 128 sends, 512
  * receives, one CQ for both). */
 #define MROCE_GSI_MAX_WR 4096
@@ -64,6 +69,7 @@ struct mroce_dev {
 	spinlock_t gsi_lock;	/* gsi_qp */
 	struct mroce_qp *gsi_qp;
 	enum ib_port_state port_state;	/* last reported, under mroce_devices_lock */
+	u32 epoch;	/* QP1's incarnation (src_epoch of its datagrams): random, never 0 */
 	atomic64_t stats[MROCE_STATS];
 };
 
@@ -139,6 +145,7 @@ struct mroce_qp {
 	u32 sq_psn;
 	enum ib_mtu path_mtu;
 	int access;
+	u32 qkey;		/* UD */
 	struct ib_qp_cap cap;
 	struct mroce_gsi *gsi;	/* QP1 only */
 };
@@ -176,7 +183,7 @@ extern struct list_head mroce_devices;
 extern struct mutex mroce_devices_lock;
 int mroce_newlink(const char *ibdev_name, struct net_device *ndev);
 void mroce_netdev_gone(struct net_device *ndev);
-void mroce_port_changed(struct net_device *ndev);
+void mroce_netdev_port_event(struct net_device *ndev);
 void mroce_remove_all(void);
 /* The registered device in g's namespace whose GID table holds gid, with a
  * reference (ib_device_put), or NULL. */

@@ -14,6 +14,7 @@
 #ifdef __KERNEL__
 #include <linux/bitmap.h>
 #include <linux/bitops.h>
+#include <linux/crc32c.h>
 #include <linux/errno.h>
 #include <linux/types.h>
 #include <net/checksum.h>
@@ -55,16 +56,16 @@ static inline u32 mroce_qpn(u32 slot, u32 index)
 	return (slot << METAROCE_QPN_INDEX_BITS) | index;
 }
 
-/* --- qp_state.c: the RC state machine of modify_qp ----------------------- */
+/* --- qp_state.c: the RC and UD state machines of modify_qp --------------- */
 
 /*
- * 0 if moving an RC QP from `cur` to `next` with the attributes in `mask`
- * is allowed: the transition exists, every required attribute is present
- * and none outside required + optional is (IB spec 11.2.4.2, as
- * ib_modify_qp_is_ok() applies it to RC). -EINVAL otherwise. SQD/SQE are
- * not supported.
+ * 0 if moving an RC or UD QP (`type`) from `cur` to `next` with the
+ * attributes in `mask` is allowed: the transition exists, every required
+ * attribute is present and none outside required + optional is (IB spec
+ * 11.2.4.2, as ib_modify_qp_is_ok() applies it). -EINVAL otherwise, and for
+ * any other type. SQD/SQE are not supported.
  */
-int mroce_qp_transition_check(enum ib_qp_state cur, enum ib_qp_state next, int mask);
+int mroce_qp_transition_check(enum ib_qp_type type, enum ib_qp_state cur, enum ib_qp_state next, int mask);
 /* 0 if every attribute named in mask has a value this device accepts. */
 int mroce_qp_attr_check(const struct ib_qp_attr *attr, int mask);
 /*
@@ -73,8 +74,8 @@ int mroce_qp_attr_check(const struct ib_qp_attr *attr, int mask);
  * must be the record, or ERR: the data path runs in user space and may have
  * failed the QP without the kernel knowing.
  */
-int mroce_qp_modify_check(enum ib_qp_state record, const struct ib_qp_attr *attr, int mask,
-			  enum ib_qp_state *next);
+int mroce_qp_modify_check(enum ib_qp_type type, enum ib_qp_state record, const struct ib_qp_attr *attr,
+			  int mask, enum ib_qp_state *next);
 
 /* --- abi.c: the private uverbs ABI ---------------------------------------- */
 
@@ -94,15 +95,18 @@ void mroce_abi_ucontext_resp(struct metaroce_alloc_ucontext_resp *resp, u32 slot
 /* --- ud_wire.c: MetaRoCE UD datagrams (docs/spec.md, "Kernel GSI traffic") ------------------ */
 
 /*
- * A UD datagram is the common header (8 bytes) with type 6, a 20-byte UD
- * header and the payload; all fields big-endian. Wire version 2 (a CRC32C
- * trailer, more common-header fields) changes this file and these sizes
- * only.
+ * A UD datagram (wire v0.2) is the 20-byte common header with type 6, a
+ * 20-byte UD header, the payload and a CRC32C trailer; all fields
+ * big-endian. The kernel sends integrity mode only: it has no keys.
  */
-#define MROCE_WIRE_VERSION 1
+#define MROCE_WIRE_VERSION 2
 #define MROCE_PACKET_UD_SEND 6
-#define MROCE_COMMON_HDR_LEN 8
+#define MROCE_SECURITY_INTEGRITY 0
+#define MROCE_COMMON_HDR_LEN 20
 #define MROCE_UD_HDR_LEN 20
+#define MROCE_CRC_LEN 4
+/* What a datagram adds to its payload. */
+#define MROCE_UD_OVERHEAD (MROCE_COMMON_HDR_LEN + MROCE_UD_HDR_LEN + MROCE_CRC_LEN)
 #define MROCE_UD_FLAG_IMM 0x01	/* imm carries immediate data */
 #define MROCE_UD_FLAGS_KNOWN MROCE_UD_FLAG_IMM
 #define MROCE_QPN_MAX 0xffffff
@@ -111,10 +115,11 @@ void mroce_abi_ucontext_resp(struct metaroce_alloc_ucontext_resp *resp, u32 slot
 #define MROCE_GSI_QPN 1
 #define MROCE_GSI_QKEY 0x80010000u
 #define MROCE_MAD_SIZE 256
-#define MROCE_GSI_DATAGRAM_LEN (MROCE_COMMON_HDR_LEN + MROCE_UD_HDR_LEN + MROCE_MAD_SIZE)
+#define MROCE_GSI_DATAGRAM_LEN (MROCE_UD_OVERHEAD + MROCE_MAD_SIZE)
 
 struct mroce_ud_hdr {
 	u16 home_port;	/* the sending context's home port */
+	u32 src_epoch;	/* the sender's incarnation: never 0 */
 	u32 dst_qpn;
 	u32 src_qpn;
 	u32 qkey;
@@ -126,10 +131,12 @@ struct mroce_ud_hdr {
  * device's drop counters (`rdma statistic`, sysfs hw_counters). */
 enum mroce_ud_verdict {
 	MROCE_UD_OK,
-	MROCE_UD_TRUNCATED,	/* shorter than the two headers */
+	MROCE_UD_TRUNCATED,	/* shorter than the two headers and the trailer */
 	MROCE_UD_BAD_VERSION,
 	MROCE_UD_BAD_TYPE,	/* not a UD datagram */
+	MROCE_UD_BAD_SECURITY,	/* not integrity mode */
 	MROCE_UD_BAD_PATH,	/* path_id is not 0 */
+	MROCE_UD_BAD_CRC,	/* the trailer is not the CRC32C of the rest */
 	MROCE_UD_BAD_FLAGS,	/* an unknown flag bit */
 	MROCE_UD_BAD_QPN,	/* a QP number above 24 bits */
 	MROCE_UD_NOT_GSI,	/* GSI: dst_qpn is not 1 */
@@ -139,15 +146,16 @@ enum mroce_ud_verdict {
 };
 extern const char *const mroce_ud_verdict_names[MROCE_UD_VERDICTS];
 
-/* Writes a datagram into out (out_len bytes of room). Returns its length,
- * or -EINVAL for a QP number above 24 bits or unknown flags, -ENOSPC when
- * it does not fit. */
+/* Writes a datagram, trailer included, into out (out_len bytes of room).
+ * Returns its length, or -EINVAL for a QP number above 24 bits, unknown
+ * flags or a zero epoch, -ENOSPC when it does not fit. */
 int mroce_ud_encode(u8 *out, size_t out_len, const struct mroce_ud_hdr *hdr, const void *payload,
 		    size_t payload_len);
-/* Parses a datagram of len bytes: on MROCE_UD_OK, *hdr is filled and the
- * payload is buf[*payload_off, len). Reads nothing beyond len. */
+/* Parses a datagram of len bytes, trailer included: on MROCE_UD_OK, *hdr
+ * is filled and the payload is payload_len bytes at buf + *payload_off.
+ * Reads nothing beyond len. */
 enum mroce_ud_verdict mroce_ud_decode(const u8 *buf, size_t len, struct mroce_ud_hdr *hdr,
-				      size_t *payload_off);
+				      size_t *payload_off, size_t *payload_len);
 /* What the GSI QP additionally requires of a decoded datagram. */
 enum mroce_ud_verdict mroce_gsi_check(const struct mroce_ud_hdr *hdr, size_t payload_len);
 

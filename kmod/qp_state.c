@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
- * The RC QP state machine that modify_qp enforces. The kernel keeps the
+ * The RC and UD QP state machines that modify_qp enforces. The kernel keeps the
  * state of record for every user QP so that a provider bug or a hostile
  * program cannot walk a QP through transitions verbs forbid; the provider
  * applies the same rules before it asks.
@@ -13,11 +13,52 @@ struct mroce_transition {
 	int optional;
 };
 
-static struct mroce_transition mroce_transition(enum ib_qp_state cur, enum ib_qp_state next)
+/* UD: a Q_Key instead of access flags, no peer, no RC timers. */
+static struct mroce_transition mroce_ud_transition(enum ib_qp_state cur, enum ib_qp_state next)
 {
 	struct mroce_transition t = { false, 0, 0 };
 
-	if (cur > IB_QPS_ERR || next > IB_QPS_ERR)
+	switch (cur) {
+	case IB_QPS_RESET:
+		if (next == IB_QPS_INIT) {
+			t.valid = true;
+			t.required = IB_QP_PKEY_INDEX | IB_QP_PORT | IB_QP_QKEY;
+		}
+		break;
+	case IB_QPS_INIT:
+		if (next == IB_QPS_INIT) {
+			t.valid = true;
+			t.optional = IB_QP_PKEY_INDEX | IB_QP_PORT | IB_QP_QKEY;
+		} else if (next == IB_QPS_RTR) {
+			t.valid = true;
+			t.optional = IB_QP_PKEY_INDEX | IB_QP_QKEY;
+		}
+		break;
+	case IB_QPS_RTR:
+		if (next == IB_QPS_RTS) {
+			t.valid = true;
+			t.required = IB_QP_SQ_PSN;
+			t.optional = IB_QP_QKEY;
+		}
+		break;
+	case IB_QPS_RTS:
+		if (next == IB_QPS_RTS) {
+			t.valid = true;
+			t.optional = IB_QP_QKEY;
+		}
+		break;
+	default:
+		break;
+	}
+	return t;
+}
+
+static struct mroce_transition mroce_transition(enum ib_qp_type type, enum ib_qp_state cur,
+						enum ib_qp_state next)
+{
+	struct mroce_transition t = { false, 0, 0 };
+
+	if (cur > IB_QPS_ERR || next > IB_QPS_ERR || (type != IB_QPT_RC && type != IB_QPT_UD))
 		return t;
 	/* Any state may go to RESET or ERR. */
 	if (next == IB_QPS_RESET || next == IB_QPS_ERR) {
@@ -26,6 +67,8 @@ static struct mroce_transition mroce_transition(enum ib_qp_state cur, enum ib_qp
 		t.valid = true;
 		return t;
 	}
+	if (type == IB_QPT_UD)
+		return mroce_ud_transition(cur, next);
 	switch (cur) {
 	case IB_QPS_RESET:
 		if (next == IB_QPS_INIT) {
@@ -66,9 +109,9 @@ static struct mroce_transition mroce_transition(enum ib_qp_state cur, enum ib_qp
 	return t;
 }
 
-int mroce_qp_transition_check(enum ib_qp_state cur, enum ib_qp_state next, int mask)
+int mroce_qp_transition_check(enum ib_qp_type type, enum ib_qp_state cur, enum ib_qp_state next, int mask)
 {
-	const struct mroce_transition t = mroce_transition(cur, next);
+	const struct mroce_transition t = mroce_transition(type, cur, next);
 	const int given = mask & ~(IB_QP_STATE | IB_QP_CUR_STATE);
 
 	if (!t.valid)
@@ -113,8 +156,8 @@ int mroce_qp_attr_check(const struct ib_qp_attr *attr, int mask)
 	return 0;
 }
 
-int mroce_qp_modify_check(enum ib_qp_state record, const struct ib_qp_attr *attr, int mask,
-			  enum ib_qp_state *next)
+int mroce_qp_modify_check(enum ib_qp_type type, enum ib_qp_state record, const struct ib_qp_attr *attr,
+			  int mask, enum ib_qp_state *next)
 {
 	enum ib_qp_state cur = record;
 	enum ib_qp_state to;
@@ -126,7 +169,7 @@ int mroce_qp_modify_check(enum ib_qp_state record, const struct ib_qp_attr *attr
 		cur = attr->cur_qp_state;
 	}
 	to = (mask & IB_QP_STATE) ? attr->qp_state : cur;
-	err = mroce_qp_transition_check(cur, to, mask);
+	err = mroce_qp_transition_check(type, cur, to, mask);
 	if (err)
 		return err;
 	err = mroce_qp_attr_check(attr, mask);

@@ -5,6 +5,7 @@
  * RDMA core (registration, GID table, sysfs, `rdma link show`) and report the
  * same limits.
  */
+#include <linux/inetdevice.h>
 #include <linux/netdevice.h>
 #include <rdma/ib_mad.h>
 
@@ -23,7 +24,8 @@ static int mroce_query_device(struct ib_device *ib, struct ib_device_attr *attr,
 	attr->vendor_id = 0xffffff;
 	attr->max_qp = METAROCE_QP_INDEX_MAX - METAROCE_QP_INDEX_MIN + 1;
 	attr->max_qp_wr = MROCE_MAX_QP_WR;
-	attr->device_cap_flags = IB_DEVICE_RC_RNR_NAK_GEN | IB_DEVICE_SYS_IMAGE_GUID;
+	attr->device_cap_flags = IB_DEVICE_RC_RNR_NAK_GEN | IB_DEVICE_SYS_IMAGE_GUID | IB_DEVICE_PORT_ACTIVE_EVENT |
+				 IB_DEVICE_SRQ_RESIZE;
 	/* `rdma link del` may remove the device; kernel PDs (the MAD
 	 * layer's) have the local DMA lkey. */
 	attr->kernel_cap_flags = IBK_ALLOW_USER_UNREG | IBK_LOCAL_DMA_LKEY;
@@ -38,6 +40,10 @@ static int mroce_query_device(struct ib_device *ib, struct ib_device_attr *attr,
 	attr->max_qp_init_rd_atom = MROCE_MAX_RD_ATOMIC;
 	attr->max_res_rd_atom = MROCE_MAX_RD_ATOMIC * attr->max_qp;
 	attr->atomic_cap = IB_ATOMIC_HCA;
+	attr->max_srq = MROCE_MAX_SRQ;
+	attr->max_srq_wr = MROCE_MAX_SRQ_WR;
+	attr->max_srq_sge = MROCE_MAX_SGE;
+	attr->max_ah = MROCE_MAX_AH;
 	attr->max_pkeys = 1;
 	attr->local_ca_ack_delay = 15;
 	return 0;
@@ -46,6 +52,22 @@ static int mroce_query_device(struct ib_device *ib, struct ib_device_attr *attr,
 enum ib_port_state mroce_port_state(const struct net_device *ndev)
 {
 	return netif_running(ndev) && netif_carrier_ok(ndev) ? IB_PORT_ACTIVE : IB_PORT_DOWN;
+}
+
+/* The provider's data packets fill the netdev's MTU over IPv4 when the
+ * netdev has an IPv4 address (it binds that one first), else over IPv6;
+ * the port reports the largest IB MTU not above that payload, as the
+ * provider does (include/metaroce/abi.h). */
+static enum ib_mtu mroce_active_mtu(struct net_device *ndev)
+{
+	struct in_device *in_dev;
+	bool ipv4;
+
+	rcu_read_lock();
+	in_dev = __in_dev_get_rcu(ndev);
+	ipv4 = in_dev && rcu_dereference(in_dev->ifa_list);
+	rcu_read_unlock();
+	return (enum ib_mtu)metaroce_ib_mtu_not_above(metaroce_payload_for_link_mtu(READ_ONCE(ndev->mtu), !ipv4));
 }
 
 static int mroce_query_port(struct ib_device *ib, u32 port, struct ib_port_attr *attr)
@@ -71,9 +93,7 @@ static int mroce_query_port(struct ib_device *ib, u32 port, struct ib_port_attr 
 		attr->state = IB_PORT_ACTIVE;
 		attr->phys_state = IB_PORT_PHYS_STATE_LINK_UP;
 	}
-	/* The provider's packets carry up to 4096 payload bytes over UDP and
-	 * are segmented by the host: the netdev MTU does not bound them. */
-	attr->active_mtu = IB_MTU_4096;
+	attr->active_mtu = mroce_active_mtu(ndev);
 	return 0;
 }
 

@@ -140,7 +140,9 @@ static int mroce_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, str
 		}
 		return err;
 	}
-	if (init->qp_type != IB_QPT_RC || init->srq || init->create_flags || init->xrcd)
+	/* SRQs live in the provider: it creates SRQ-attached QPs without one here. */
+	if ((init->qp_type != IB_QPT_RC && init->qp_type != IB_QPT_UD) || init->srq || init->create_flags ||
+	    init->xrcd)
 		return -EOPNOTSUPP;
 	if (cap->max_send_wr > MROCE_MAX_QP_WR || cap->max_recv_wr > MROCE_MAX_QP_WR ||
 	    cap->max_send_sge > MROCE_MAX_SGE || cap->max_recv_sge > MROCE_MAX_SGE ||
@@ -180,7 +182,7 @@ static int mroce_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask
 			return err;
 	}
 	mutex_lock(&qp->lock);
-	err = mroce_qp_modify_check(qp->state, attr, mask, &next);
+	err = mroce_qp_modify_check(ibqp->qp_type, qp->state, attr, mask, &next);
 	if (!err) {
 		qp->state = next;
 		if (mask & IB_QP_DEST_QPN)
@@ -193,6 +195,8 @@ static int mroce_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask
 			qp->path_mtu = attr->path_mtu;
 		if (mask & IB_QP_ACCESS_FLAGS)
 			qp->access = attr->qp_access_flags;
+		if (mask & IB_QP_QKEY)
+			qp->qkey = attr->qkey;
 	}
 	mutex_unlock(&qp->lock);
 	return err;
@@ -221,6 +225,7 @@ static int mroce_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	attr->rq_psn = qp->rq_psn;
 	attr->sq_psn = qp->sq_psn;
 	attr->qp_access_flags = qp->access;
+	attr->qkey = qp->qkey;
 	attr->port_num = 1;
 	attr->cap = qp->cap;
 	mutex_unlock(&qp->lock);

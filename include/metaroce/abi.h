@@ -50,6 +50,42 @@
  * from the netdev's addresses; entry 0 is the link-local default GID). */
 #define METAROCE_GID_TABLE_LEN 32
 
+/*
+ * Packet size: a data packet must fit the link unfragmented (docs/spec.md
+ * 1.2), so its payload is the link MTU less the IP and UDP headers and what
+ * a MetaRoCE data packet adds to its payload (METAROCE_DATA_OVERHEAD_BYTES:
+ * its headers and trailer; the provider checks it against wire.h at compile
+ * time). A device MTU above a jumbo frame (loopback's 64 KiB) counts as a
+ * jumbo frame. The port's active MTU is the largest IB MTU not above that
+ * payload: 1024 on a 1500-byte link, 4096 with jumbo frames. The kernel
+ * device and the provider both report it from these functions.
+ */
+#define METAROCE_DATA_OVERHEAD_BYTES 84
+#define METAROCE_MAX_LINK_MTU 9000
+#define METAROCE_IPV4_UDP_HEADER_BYTES (20 + 8)
+#define METAROCE_IPV6_UDP_HEADER_BYTES (40 + 8)
+
+static inline __u32 metaroce_payload_for_link_mtu(__u32 link_mtu, int ipv6)
+{
+	__u32 ip_udp = ipv6 ? METAROCE_IPV6_UDP_HEADER_BYTES : METAROCE_IPV4_UDP_HEADER_BYTES;
+	__u32 mtu = link_mtu < METAROCE_MAX_LINK_MTU ? link_mtu : METAROCE_MAX_LINK_MTU;
+
+	if (mtu < ip_udp + METAROCE_DATA_OVERHEAD_BYTES + 256)
+		return 256;	/* below the smallest IB MTU: nothing fits anyway */
+	return mtu - ip_udp - METAROCE_DATA_OVERHEAD_BYTES;
+}
+
+/* The IB MTU enum (IB_MTU_256 = 1 ... IB_MTU_4096 = 5, the values of both
+ * enum ib_mtu and enum ibv_mtu) of the largest IB MTU not above `payload`. */
+static inline int metaroce_ib_mtu_not_above(__u32 payload)
+{
+	int mtu = 1;
+
+	while (mtu < 5 && (256u << mtu) <= payload)
+		++mtu;
+	return mtu;
+}
+
 /* The name of the link type (`rdma link add NAME type metaroce netdev X`)
  * and the value of the device's sysfs hca_type, which the provider matches. */
 #define METAROCE_LINK_TYPE "metaroce"

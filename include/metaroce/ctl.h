@@ -14,7 +14,10 @@
 //   client -> daemon                         daemon -> client
 //   lease  {pid, address, paths?, class?,    lease_ok {home_port, source_ports[],
 //           home_port?, block_first?}                  block_first, block_size,
-//                                                      policy, stats_interval_ms}
+//                                                      policy, stats_interval_ms,
+//                                                      security?}
+//   (security: "integrity" (also when absent), "authenticate" or "encrypt",
+//    the cluster's mode; docs/spec.md section 9)
 //   (without paths, the daemon's paths_per_connection; home_port: the one
 //    the kernel module gave the context; home_port + block_first: what a
 //    context held before the daemon restarted; both reserved as they are)
@@ -22,6 +25,9 @@
 //               paths}                                      spread, cached}
 //   (source ports of the lease's block that cover the paths to dest;
 //    none when discovery found no paths: hash spread)
+//   peer_key {home_port, dest, dport?}       peer_key_ok {dest, dport, key, role}
+//   (authenticate/encrypt: the pair key of the lease's endpoint and the
+//    peer's, 64 hex digits, and this end's role 0 or 1; docs/spec.md 9.3)
 //   report {home_port, device?, counters{},  (none)
 //           connections[]}
 //   status | stats | reload                  status | stats | ok
@@ -30,6 +36,7 @@
 //                                            error {message}
 #pragma once
 
+#include <cctype>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -59,6 +66,8 @@ enum class Type {
   Paths,
   PeerPorts,
   PeerPortsOk,
+  PeerKey,
+  PeerKeyOk,
   Policy,
   Ok,
   Error,
@@ -68,8 +77,13 @@ inline constexpr std::pair<Type, const char*> kTypeNames[] = {
     {Type::Lease, "lease"},   {Type::LeaseOk, "lease_ok"}, {Type::Report, "report"},
     {Type::Status, "status"}, {Type::Stats, "stats"},      {Type::Reload, "reload"},
     {Type::Paths, "paths"},   {Type::PeerPorts, "peer_ports"}, {Type::PeerPortsOk, "peer_ports_ok"},
+    {Type::PeerKey, "peer_key"}, {Type::PeerKeyOk, "peer_key_ok"},
     {Type::Policy, "policy"}, {Type::Ok, "ok"},            {Type::Error, "error"},
 };
+
+// The security modes a lease can carry, in the order of wire::Security.
+inline constexpr const char* kSecurityModes[] = {"integrity", "authenticate", "encrypt"};
+inline constexpr size_t kPairKeyHexDigits = 64;
 
 inline const char* to_string(Type type) {
   for (const auto& [t, name] : kTypeNames)
@@ -136,6 +150,25 @@ inline bool get_uint(const nlohmann::json& j, const char* key, uint64_t min, uin
                            ", " + std::to_string(max) + "]");
   out = v;
   return true;
+}
+
+// A string of exactly kPairKeyHexDigits hex digits.
+inline bool get_key(const nlohmann::json& j, const char* key, std::string& error) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_string() || it->get_ref<const std::string&>().size() != kPairKeyHexDigits)
+    return fail(error, std::string("field '") + key + "' must be " + std::to_string(kPairKeyHexDigits) + " hex digits");
+  for (const char c : it->get_ref<const std::string&>())
+    if (!std::isxdigit(static_cast<unsigned char>(c))) return fail(error, std::string("field '") + key + "' is not hex");
+  return true;
+}
+
+inline bool get_security(const nlohmann::json& j, std::string& error) {
+  auto it = j.find("security");
+  if (it == j.end()) return true;
+  if (it->is_string())
+    for (const char* mode : kSecurityModes)
+      if (it->get_ref<const std::string&>() == mode) return true;
+  return fail(error, "field 'security' must be \"integrity\", \"authenticate\" or \"encrypt\"");
 }
 
 inline bool get_real(const nlohmann::json& j, const char* key, double min, double max,
@@ -224,7 +257,8 @@ inline bool validate(Type type, const nlohmann::json& body, std::string& error) 
       if (!get_uint(body, "home_port", 1, 65535, true, u, error) ||
           !get_uint(body, "stats_interval_ms", 0, 3'600'000, true, u, error) ||
           !get_uint(body, "block_first", 1, 65535, true, u, error) ||
-          !get_uint(body, "block_size", 1, 65535, true, u, error) || !get_ports(body, "source_ports", 1, error))
+          !get_uint(body, "block_size", 1, 65535, true, u, error) || !get_ports(body, "source_ports", 1, error) ||
+          !get_security(body, error))
         return false;
       Policy policy;
       auto pit = body.find("policy");
@@ -262,6 +296,12 @@ inline bool validate(Type type, const nlohmann::json& body, std::string& error) 
     case Type::PeerPorts:
       return get_uint(body, "home_port", 1, 65535, true, u, error) && get_string(body, "dest", 64, true, error) &&
              get_uint(body, "dport", 1, 65535, false, u, error) && get_uint(body, "paths", 1, kMaxPaths, true, u, error);
+    case Type::PeerKey:
+      return get_uint(body, "home_port", 1, 65535, true, u, error) && get_string(body, "dest", 64, true, error) &&
+             get_uint(body, "dport", 1, 65535, false, u, error);
+    case Type::PeerKeyOk:
+      return get_string(body, "dest", 64, true, error) && get_uint(body, "dport", 1, 65535, true, u, error) &&
+             get_key(body, "key", error) && get_uint(body, "role", 0, 1, true, u, error);
     case Type::PeerPortsOk:
       return get_string(body, "dest", 64, true, error) && get_string(body, "spread", 64, true, error) &&
              get_ports(body, "source_ports", 0, error);

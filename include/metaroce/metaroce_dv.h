@@ -59,7 +59,7 @@ enum metaroce_dv_options_mask {
 struct metaroce_dv_options {
   uint64_t comp_mask;               // enum metaroce_dv_options_mask
   uint32_t paths;                   // UDP source ports sprayed over (default 4)
-  uint32_t mtu;                     // payload bytes per packet (default 4096)
+  uint32_t mtu;                     // payload bytes per packet (default: what fits the netdev's MTU)
   enum metaroce_dv_profile profile; // default METAROCE_DV_PROFILE_METAROCE
   // Test hook: probability of dropping each received datagram (default 0).
   double test_loss;

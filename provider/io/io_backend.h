@@ -45,6 +45,10 @@ struct BackendCounters {
   uint64_t send_syscalls = 0;
   uint64_t receive_syscalls = 0;
   uint64_t send_errors = 0;     // datagrams the kernel refused
+  // Of those, refused for being larger than the path MTU (EMSGSIZE): they
+  // would need IP fragmentation, which is never used. A bug (the payload
+  // size did not fit the link), so the runtime logs the first.
+  uint64_t oversize_drops = 0;
   uint64_t gso_sends = 0;       // messages carrying more than one datagram
 };
 
@@ -84,6 +88,9 @@ class IoBackend {
   virtual TxBatch& tx_batch() = 0;
   // Sends a built batch (io_uring: queued, submitted by the next wait()).
   virtual void send(TxBatch& batch) = 0;
+  // Hands the kernel every queued send and waits (until `deadline`) for it
+  // to take them: the last thing the progress thread does.
+  virtual void drain_sends(transport::Time deadline) = 0;
   // The path sockets after the runtime opened more (`fds` extends the
   // current list, at most kMaxPathSockets).
   virtual void set_path_fds(std::vector<int> fds) = 0;

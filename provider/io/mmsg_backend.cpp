@@ -82,6 +82,8 @@ class MmsgBackend final : public IoBackend {
   }
 
 
+  void drain_sends(transport::Time) override {}  // sendmmsg has sent them already
+
   void set_path_fds(std::vector<int> fds) override { config_.path_fds = std::move(fds); }
 
  private:
@@ -117,6 +119,7 @@ class MmsgBackend final : public IoBackend {
       // engine recovers it as a loss.
       const uint16_t segments = batch.info(next).segments;
       counters_.send_errors += segments;
+      if (err == EMSGSIZE) counters_.oversize_drops += segments;
       if (segments > 1 && (err == EIO || err == EINVAL)) gso_ = false;
       ++next;
     }

@@ -27,6 +27,7 @@
 #include "runtime.h"
 
 #include <pthread.h>
+#include <sys/random.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -43,6 +44,7 @@
 #include "io_backend.h"
 #include "metaroce/wire.h"
 #include "peer_table.h"
+#include "ud_queue_pair.h"
 #include "udp_socket.h"
 
 namespace metaroce::io {
@@ -51,6 +53,8 @@ namespace {
 // Sleep used when an iteration did nothing although the engine claims to be
 // due: never spin on a stale wakeup time.
 constexpr transport::Time kStaleWakeupSleepNs = 20'000;
+// How long a closing runtime waits for the kernel to take its last sends.
+constexpr transport::Time kOwedSendsTimeoutNs = 100'000'000;
 constexpr unsigned long kTimerSlackNs = 5'000;
 
 void log_fallback_once(const std::string& reason) {
@@ -88,7 +92,10 @@ class RuntimeImpl final : public Runtime {
   explicit RuntimeImpl(const RuntimeOptions& options)
       : options_(options), rng_(options.test_seed), drop_threshold_(drop_threshold(options.test_drop_probability)) {}
 
-  ~RuntimeImpl() override {
+  ~RuntimeImpl() override { shutdown(); }
+
+  void shutdown() override {
+    std::lock_guard<std::mutex> lock(shutdown_mutex_);
     stop_.store(true);
     if (thread_.joinable()) {
       const uint64_t one = 1;
@@ -143,7 +150,7 @@ class RuntimeImpl final : public Runtime {
     std::atomic<bool> gso{false};
     std::atomic<uint64_t> datagrams_sent{0}, datagrams_received{0}, send_syscalls{0}, receive_syscalls{0},
         test_drops{0}, unknown_sender_drops{0}, send_errors{0}, progress_wakeups{0}, gso_sends{0},
-        gro_receives{0}, truncated_drops{0};
+        gro_receives{0}, truncated_drops{0}, oversize_drops{0};
   };
 
   bool open_home_socket(std::string& error);
@@ -153,6 +160,7 @@ class RuntimeImpl final : public Runtime {
   void sync_path_sockets(IoBackend& io);
   void run(std::promise<std::string>& started);
   void progress_loop(IoBackend& io);
+  void send_what_is_owed(IoBackend& io);
   void deliver(const RxMessage& message, transport::Time now);
   void publish(const IoBackend& io);
 
@@ -165,6 +173,7 @@ class RuntimeImpl final : public Runtime {
   std::atomic<uint64_t> sockets_version_{0};
   Fd event_fd_;
   sockaddr_storage local_{};
+  transport::Gid local_gid_{};  // local_ as a GID, the destination of every UD datagram
   uint16_t home_port_ = 0;
   bool gro_ = false;
   bool gso_ = false;
@@ -175,6 +184,7 @@ class RuntimeImpl final : public Runtime {
 
   std::thread thread_;
   std::atomic<bool> stop_{false};
+  std::mutex shutdown_mutex_;
   std::atomic<bool> kick_pending_{false};
 
   // Progress thread state.
@@ -290,9 +300,19 @@ bool RuntimeImpl::start(std::string& error) {
   }
   if (!open_home_socket(error)) return false;
   peers_ = std::make_unique<PeerTable>(local_.ss_family);
+  PeerKey local_key;
+  if (make_peer_key(local_, 0, local_key)) local_gid_ = local_key.ip;
 
   transport::EndpointConfig config = options_.endpoint;
   config.home_port = home_port_;
+  // Each context's epoch and memory keys come from fresh randomness, so that
+  // a restarted process is a new incarnation to its peers.
+  while (config.random_seed == 0) {
+    if (::getrandom(&config.random_seed, sizeof config.random_seed, 0) != sizeof config.random_seed) {
+      error = std::string("getrandom: ") + std::strerror(errno);
+      return false;
+    }
+  }
   config.pacing_burst_ns = options_.pacing_burst_ns;
   engine_ = std::make_unique<transport::Endpoint>(config);
   path_count_ = std::max<uint16_t>(engine_->config().paths, 1);
@@ -406,6 +426,31 @@ void RuntimeImpl::progress_loop(IoBackend& io) {
     }
     publish(io);
   }
+  send_what_is_owed(io);
+}
+
+void RuntimeImpl::send_what_is_owed(IoBackend& io) {
+  // What a NIC would still put on the wire for a closing context: the ACKs
+  // and NAKs the peer is owed (its requests completed here, or failed), and
+  // whatever else is due, in one last batch handed to the kernel.
+  TxBatch& batch = io.tx_batch();
+  {
+    std::lock_guard<std::mutex> lock(engine_mutex_);
+    const transport::Time clock = Runtime::now();
+    peers_->refresh(view_);
+    engine_->flush_owed(clock);
+    while (!batch.full()) {
+      const std::optional<transport::TxDatagram> datagram = engine_->poll_transmit(clock, batch.next_slot());
+      if (!datagram) break;
+      batch.commit(datagram->peer, datagram->path_id, datagram->length);
+    }
+  }
+  if (batch.size() > 0) {
+    batch.build(view_, path_count_, socket_count_, io.gso(), counters_.unroutable);
+    io.send(batch);
+  }
+  io.drain_sends(Runtime::now() + kOwedSendsTimeoutNs);
+  publish(io);
 }
 
 void RuntimeImpl::deliver(const RxMessage& message, transport::Time now) {
@@ -424,6 +469,12 @@ void RuntimeImpl::deliver(const RxMessage& message, transport::Time now) {
     ++counters_.datagrams_received;
     if (drop_threshold_ != 0 && rng_.next() < drop_threshold_) {
       ++counters_.test_drops;
+      continue;
+    }
+    // UD belongs to no connection: any source may send it, and its
+    // addresses become the receive's GRH.
+    if (addressable && wire::peek_type(datagram) == wire::PacketType::UdSend) {
+      engine_->on_ud_datagram({key.ip, local_gid_}, datagram);
       continue;
     }
     transport::PeerId peer = 0;
@@ -449,6 +500,12 @@ void RuntimeImpl::publish(const IoBackend& io) {
   shared_.send_syscalls.store(b.send_syscalls, relaxed);
   shared_.receive_syscalls.store(b.receive_syscalls, relaxed);
   shared_.send_errors.store(b.send_errors + counters_.unroutable, relaxed);
+  if (b.oversize_drops != 0 && shared_.oversize_drops.exchange(b.oversize_drops, relaxed) == 0) {
+    std::fprintf(stderr,
+                 "metaroce: the kernel refused a datagram of up to %zu bytes from %s as larger than the path MTU "
+                 "(IP fragmentation is never used); such datagrams are counted in oversize_drops\n",
+                 max_datagram_, options_.local_address.c_str());
+  }
   shared_.gso_sends.store(b.gso_sends, relaxed);
   shared_.datagrams_received.store(counters_.datagrams_received, relaxed);
   shared_.test_drops.store(counters_.test_drops, relaxed);
@@ -475,6 +532,7 @@ RuntimeStats RuntimeImpl::stats() const {
   s.gso_sends = shared_.gso_sends.load(relaxed);
   s.gro_receives = shared_.gro_receives.load(relaxed);
   s.truncated_drops = shared_.truncated_drops.load(relaxed);
+  s.oversize_drops = shared_.oversize_drops.load(relaxed);
   return s;
 }
 

@@ -77,6 +77,9 @@ struct RuntimeStats {
   uint64_t gso_sends = 0;        // sends that carried several datagrams (UDP_SEGMENT)
   uint64_t gro_receives = 0;     // receives that delivered several datagrams (UDP_GRO)
   uint64_t truncated_drops = 0;  // datagrams larger than the receive buffer (never the engine's)
+  // Datagrams the kernel refused as larger than the path MTU (they would
+  // need IP fragmentation, which the runtime never allows): a bug, logged once.
+  uint64_t oversize_drops = 0;
 };
 
 class Runtime {
@@ -112,6 +115,10 @@ class Runtime {
   virtual void set_completion_listener(std::function<void(uint32_t cq)> listener) = 0;
 
   virtual RuntimeStats stats() const = 0;
+  // Stops the progress thread after it has sent what the peers are owed
+  // (ACKs for what completed here, NAKs); the destructor does it too. For
+  // a process that exits without closing its devices. Idempotent.
+  virtual void shutdown() = 0;
   // Added for path discovery: path i of `peer` leaves from source port
   // ports[i % size] (opening sockets for ports not open yet) instead of the
   // default sockets. Meant for before the first packet to the peer (a path

@@ -87,17 +87,23 @@ Fd open_udp_socket(const sockaddr_storage& local, int buffer_bytes, std::string&
   set_buffer(fd.get(), SO_SNDBUFFORCE, SO_SNDBUF, buffer_bytes);
   const int ect0 = 2;  // ECN field 0b10: ECT(0)
   const int one = 1;
+  // Never fragment (IPv4: DF set): a datagram too large for the path is
+  // refused with EMSGSIZE, which the backends count.
+  const int pmtudisc_do = IP_PMTUDISC_DO;
+  const int pmtudisc6_do = IPV6_PMTUDISC_DO;
   if (family == AF_INET) {
     if (setsockopt(fd.get(), IPPROTO_IP, IP_TOS, &ect0, sizeof ect0) != 0 ||
-        setsockopt(fd.get(), IPPROTO_IP, IP_RECVTOS, &one, sizeof one) != 0) {
-      error = errno_text("setsockopt IP_TOS/IP_RECVTOS", errno);
+        setsockopt(fd.get(), IPPROTO_IP, IP_RECVTOS, &one, sizeof one) != 0 ||
+        setsockopt(fd.get(), IPPROTO_IP, IP_MTU_DISCOVER, &pmtudisc_do, sizeof pmtudisc_do) != 0) {
+      error = errno_text("setsockopt IP_TOS/IP_RECVTOS/IP_MTU_DISCOVER", errno);
       return Fd();
     }
   } else {
     if (setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) != 0 ||
         setsockopt(fd.get(), IPPROTO_IPV6, IPV6_TCLASS, &ect0, sizeof ect0) != 0 ||
-        setsockopt(fd.get(), IPPROTO_IPV6, IPV6_RECVTCLASS, &one, sizeof one) != 0) {
-      error = errno_text("setsockopt IPV6_TCLASS/IPV6_RECVTCLASS", errno);
+        setsockopt(fd.get(), IPPROTO_IPV6, IPV6_RECVTCLASS, &one, sizeof one) != 0 ||
+        setsockopt(fd.get(), IPPROTO_IPV6, IPV6_MTU_DISCOVER, &pmtudisc6_do, sizeof pmtudisc6_do) != 0) {
+      error = errno_text("setsockopt IPV6_TCLASS/IPV6_RECVTCLASS/IPV6_MTU_DISCOVER", errno);
       return Fd();
     }
   }

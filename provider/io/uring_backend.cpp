@@ -252,6 +252,19 @@ class UringBackend final : public IoBackend {
     if (fixed_files_) register_path_files();
   }
 
+  void drain_sends(transport::Time deadline) override {
+    while (true) {
+      enter_nowait();
+      size_t inflight = 0;
+      for (const auto& arena : arenas_) inflight += arena->inflight;
+      const transport::Time now = monotonic_ns();
+      if (inflight == 0 || now >= deadline) return;
+      io_uring_cqe* cqe = nullptr;
+      __kernel_timespec ts = to_kernel_timespec(std::min<transport::Time>(deadline - now, 1'000'000));
+      (void)io_uring_wait_cqe_timeout(&ring_, &cqe, &ts);
+    }
+  }
+
  private:
   io_uring_sqe* get_sqe() {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
@@ -387,6 +400,7 @@ class UringBackend final : public IoBackend {
           if (info.segments > 1) ++counters_.gso_sends;
         } else {
           counters_.send_errors += info.segments;
+          if (result == -EMSGSIZE) counters_.oversize_drops += info.segments;
           if (info.segments > 1 && (result == -EIO || result == -EINVAL)) gso_ = false;
         }
         return;

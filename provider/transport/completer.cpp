@@ -13,13 +13,23 @@ namespace metaroce::transport {
 
 // --- acknowledgements ------------------------------------------------------
 
-bool QueuePair::on_chunk_acked(const ChunkRef& ref) {
+bool QueuePair::on_chunk_acked(Time now, const ChunkRef& ref) {
   OutboundMessage* m = find_message(ref);
   if (!m || m->attempt != ref.attempt || ref.chunk >= m->chunks) return false;
   if (!m->acked.set(ref.chunk)) return false;
   m->stall_probes = 0;
-  if (ref.response && m->acked.full()) responses_.erase(ref.msn);
+  if (ref.response) {
+    if (m->acked.full()) responses_.erase(ref.msn);
+  } else if (m->ever_acked.set(ref.chunk)) {
+    note_progress(now);
+  }
   return true;
+}
+
+void QueuePair::finish(OutboundMessage& m, WcStatus status) {
+  m.done = true;
+  m.status = status;
+  release_rd_atomic(m);
 }
 
 // --- requester completions ---------------------------------------------------
@@ -36,7 +46,9 @@ void QueuePair::complete_send_wr(const OutboundMessage& m, WcStatus status) {
     else if (wire::is_atomic(m.opcode)) c.byte_len = 8;
     else c.byte_len = m.length;
   }
-  endpoint_.push_completion(send_cq_, c);
+  // A READ or atomic completes on data that arrived here: the ACK of that
+  // data leaves first.
+  endpoint_.push_completion(send_cq_, c, /*owes_ack=*/status == WcStatus::Success && m.needs_response());
 }
 
 void QueuePair::advance_requester() {
@@ -52,7 +64,7 @@ void QueuePair::advance_requester() {
   }
 }
 
-bool QueuePair::on_stream_ack(uint32_t completed_msn) {
+void QueuePair::on_stream_ack(Time now, uint32_t completed_msn) {
   bool progressed = false;
   for (OutboundMessage& m : send_queue_) {
     if (static_cast<int32_t>(m.msn - completed_msn) > 0) break;
@@ -60,48 +72,45 @@ bool QueuePair::on_stream_ack(uint32_t completed_msn) {
     // such a claim is stale (a restarted attempt) or forged.
     if (!m.all_sent()) break;
     if (!m.done && !m.needs_response()) {
-      m.done = true;
+      finish(m, WcStatus::Success);
       progressed = true;
     }
   }
+  if (progressed) note_progress(now);
   advance_requester();
-  return progressed;
 }
 
-bool QueuePair::on_nak(Time now, const wire::Nak& nak) {
+void QueuePair::on_nak(Time now, const wire::Nak& nak) {
   OutboundMessage* m = find_request(nak.msn);
-  if (!m || m->done || nak.attempt != m->attempt) return false;
+  if (!m || m->done || nak.attempt != m->attempt) return;
   switch (nak.kind) {
     case wire::NakKind::ReceiverNotReady: {
-      if (m->rnr_wait) return false;
+      if (m->rnr_wait) return;
       ++m->rnr_naks;
       if (config_.rnr_retry != 7 && m->rnr_naks > config_.rnr_retry) {
-        m->done = true;
-        m->status = WcStatus::RnrRetryExceeded;
+        finish(*m, WcStatus::RnrRetryExceeded);
         break;
       }
       m->rnr_wait = true;
       ++rnr_waiting_;
       m->rnr_resend_at = now + std::max<Time>(nak.rnr_delay_ns, config_.min_rnr_timer_ns);
-      if (m->needs_response() && reads_atomics_in_flight_ > 0) --reads_atomics_in_flight_;
-      return true;
+      release_rd_atomic(*m);
+      note_progress(now);
+      return;
     }
-    case wire::NakKind::RemoteAccess: m->done = true; m->status = WcStatus::RemoteAccessError; break;
-    case wire::NakKind::InvalidRequest:
-      m->done = true;
-      m->status = WcStatus::RemoteInvalidRequest;
-      break;
-    case wire::NakKind::Sequence: return false;  // handled by the path, not the stream
+    case wire::NakKind::RemoteAccess: finish(*m, WcStatus::RemoteAccessError); break;
+    case wire::NakKind::InvalidRequest: finish(*m, WcStatus::RemoteInvalidRequest); break;
+    case wire::NakKind::RemoteOperational: finish(*m, WcStatus::RemoteOperationError); break;
+    case wire::NakKind::Sequence: return;  // handled by the path, not the stream
   }
+  note_progress(now);
   advance_requester();
-  return true;
 }
 
 void QueuePair::fail_with(WcStatus status) {
   for (OutboundMessage& m : send_queue_) {
     if (m.done) continue;
-    m.done = true;
-    m.status = status;
+    finish(m, status);
     break;
   }
   advance_requester();
@@ -110,7 +119,7 @@ void QueuePair::fail_with(WcStatus status) {
 
 // --- responses arriving at the requester -------------------------------------
 
-Verdict QueuePair::on_response(const wire::Packet& p) {
+Verdict QueuePair::on_response(Time now, const wire::Packet& p) {
   if (state_ != QpState::ReadyToSend) return Verdict::QpNotReady;
   const wire::DataHeader& h = p.data;
   OutboundMessage* m = find_request(h.msn);
@@ -120,12 +129,10 @@ Verdict QueuePair::on_response(const wire::Packet& p) {
     const std::span<const Sge> sges = sges_of(*m);
     uint8_t bytes[8];
     std::memcpy(bytes, &p.atomic_original, 8);
-    if (endpoint_.memory().check_sges(sges, pd_, true) != AccessCheck::Ok ||
-        !scatter_to_sges(sges, 0, bytes)) {
-      m->status = WcStatus::LocalProtectionError;
-    }
-    m->done = true;
-    if (reads_atomics_in_flight_ > 0) --reads_atomics_in_flight_;
+    const bool placed = endpoint_.memory().check_sges(sges, pd_, true) == AccessCheck::Ok &&
+                        scatter_to_sges(sges, 0, bytes);
+    finish(*m, placed ? WcStatus::Success : WcStatus::LocalProtectionError);
+    note_progress(now);
     advance_requester();
     return Verdict::Placed;
   }
@@ -154,17 +161,16 @@ Verdict QueuePair::on_response(const wire::Packet& p) {
       skip = 0;
     }
     if (!ok || !scatter_to_sges(sges, h.offset, p.payload)) {
-      m->status = WcStatus::LocalProtectionError;
-      m->done = true;
+      finish(*m, WcStatus::LocalProtectionError);
       advance_requester();
       return Verdict::Placed;
     }
   }
   m->response_received.set(chunk);
   endpoint_.counters_.placed_bytes += p.payload.size();
+  note_progress(now);
   if (m->response_received.full()) {
-    m->done = true;
-    if (reads_atomics_in_flight_ > 0) --reads_atomics_in_flight_;
+    finish(*m, WcStatus::Success);
     advance_requester();
   }
   return Verdict::Placed;

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "metaroce/wire.h"
 #include "types.h"
 
 namespace metaroce::transport {
@@ -50,6 +51,16 @@ struct EndpointConfig {
   Time ack_delay_ns = 0;               // or after this long; 0 = base RTT / 4
   uint32_t max_outstanding_messages = 1024;  // per stream, receive-side tracking bound
   CongestionConfig cc;
+  // How datagrams are protected. Authenticate and encrypt need a pair key
+  // per peer (Endpoint::set_peer_key) before anything moves.
+  wire::Security security = wire::Security::Integrity;
+  // This endpoint's incarnation, written in every datagram; 0 = drawn from
+  // random_seed. The driver passes fresh randomness: a restarted endpoint
+  // must not reuse its predecessor's epoch.
+  uint32_t epoch = 0;
+  // Seeds what the engine makes unpredictable (epoch, memory keys); 0 =
+  // derived from home_port and qpn_base (deterministic, for tests).
+  uint64_t random_seed = 0;
 };
 
 // What a queue pair is configured with (from ibv_modify_qp attributes).
@@ -62,6 +73,14 @@ struct QpConfig {
   Time min_rnr_timer_ns = 10'000;
   uint32_t max_rd_atomic = 16;
   uint32_t max_dest_rd_atomic = 16;
+  // Initial message sequence numbers (verbs sq_psn / rq_psn): the first
+  // request this QP sends has msn sq_psn; the first it accepts, rq_psn.
+  uint32_t sq_psn = 1;
+  uint32_t rq_psn = 1;
+  // Payload bytes per data packet of this QP (verbs: a path_mtu below the
+  // port's active MTU); 0, or anything above the endpoint's mtu, means the
+  // endpoint's. Both ends of a connection must agree, as with path_mtu.
+  uint32_t mtu = 0;
 };
 
 }  // namespace metaroce::transport

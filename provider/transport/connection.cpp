@@ -14,6 +14,13 @@ namespace {
 // datagram costs on the wire beyond its UDP payload. Used for pacing only.
 constexpr uint32_t kWireOverheadBytes = 66;
 constexpr uint32_t kMaxBackoffShift = 10;
+// A path of the peer counts as heard while it sent one of the last this
+// many packets from the peer per path the peer uses: a reply rotation
+// visits each path about once per path count.
+constexpr uint64_t kHeardWindowPerPath = 4;
+// Every this many replies, one goes on a path the peer does not hear, so
+// that a path that comes back is found again.
+constexpr uint32_t kRediscoverEvery = 32;
 
 bool seq_after(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) > 0; }
 
@@ -64,10 +71,44 @@ QueuePair* Connection::attached_qp(uint32_t qpn) const {
 Time Connection::rto(const SendPath& path) const {
   const EndpointConfig& c = endpoint_.config();
   const Time base = path.rtt.rto(endpoint_.min_rto(), c.max_rto_ns);
-  return std::min<Time>(base << std::min(path.consecutive_rtos, kMaxBackoffShift), c.max_rto_ns);
+  return std::min<Time>(base << std::min(path.backoff, kMaxBackoffShift), c.max_rto_ns);
 }
 
-wire::Origin Connection::origin(uint16_t path_id) const { return {path_id, endpoint_.config().home_port}; }
+wire::Origin Connection::origin(uint16_t path_id) const {
+  return {path_id, endpoint_.config().home_port, heard_paths()};
+}
+
+uint16_t Connection::heard_paths() const {
+  const uint64_t window = kHeardWindowPerPath * std::max<uint16_t>(rx_path_count_, 2);
+  uint16_t heard = 0;
+  for (uint16_t i = 0; i < wire::kHeardPathBits; ++i)
+    if (heard_at_[i] != 0 && rx_packets_ + 1 - heard_at_[i] < window) heard |= uint16_t(1u << i);
+  return heard;
+}
+
+uint16_t Connection::reply_path(Time now) {
+  if (rocev2()) return 0;
+  // Replies rotate over the paths the peer uses: the reverse direction of a
+  // path is hashed independently and may be dead while its forward
+  // direction works. A path we replied on that the peer has not reported
+  // hearing for the RTO floor is left out of the rotation but for one
+  // reply in kRediscoverEvery, so a dead reverse direction costs that
+  // fraction of the replies rather than its share of all of them (a lost
+  // ACK at the end of a burst costs the sender an RTO). Only evidence
+  // excludes a path: one not used lately is not presumed dead.
+  const uint16_t count = std::max<uint16_t>(rx_path_count_, 1);
+  const uint64_t all = count >= 64 ? ~uint64_t{0} : (uint64_t{1} << count) - 1;
+  uint64_t dead = 0;
+  for (uint16_t i = 0; i < wire::kHeardPathBits && i < count; ++i)
+    if (unheard_since_[i] != kNever && now - unheard_since_[i] > endpoint_.min_rto()) dead |= uint64_t{1} << i;
+  uint64_t pool = all;
+  if (dead != 0 && dead != all) pool = ++replies_ % kRediscoverEvery == 0 ? dead : all & ~dead;
+  // The next path of the pool after the last reply's.
+  const uint64_t after = reply_cursor_ + 1 >= 64 ? 0 : pool & ~((uint64_t{1} << (reply_cursor_ + 1)) - 1);
+  reply_cursor_ = static_cast<uint16_t>(__builtin_ctzll(after != 0 ? after : pool));
+  if (reply_cursor_ < wire::kHeardPathBits && unheard_since_[reply_cursor_] == kNever) unheard_since_[reply_cursor_] = now;
+  return reply_cursor_;
+}
 
 bool Connection::sending_to_us(Time now) const {
   return any_data_rx_ && now - last_data_rx_ <= 4 * endpoint_.config().base_rtt_ns + endpoint_.ack_delay();
@@ -75,9 +116,24 @@ bool Connection::sending_to_us(Time now) const {
 
 // --- receive ---------------------------------------------------------------
 
+void Connection::on_peer_restart() {
+  scoreboards_ = {};
+  highest_rx_time_ = {};
+  in_order_ = InOrderReceiver{};
+  dirty_paths_ = 0;
+  unacked_packets_ = 0;
+  oldest_unacked_ = kNever;
+  ack_now_ = false;
+  rx_path_count_ = 0;
+  any_data_rx_ = false;
+  for (SendPath& path : paths_) path.last_ce_count = 0;
+}
+
 void Connection::on_packet(Time now, const wire::Packet& packet, bool ce_marked) {
-  last_peer_rx_ = now;
-  any_peer_rx_ = true;
+  ++rx_packets_;
+  if (packet.common.path_id < wire::kHeardPathBits) heard_at_[packet.common.path_id] = rx_packets_;
+  for (uint16_t heard = packet.common.heard_paths; heard != 0; heard &= static_cast<uint16_t>(heard - 1))
+    unheard_since_[__builtin_ctz(heard)] = kNever;
   switch (packet.common.type) {
     case wire::PacketType::Data: on_data(now, packet, ce_marked); break;
     case wire::PacketType::Ack: on_ack(now, packet.ack); break;
@@ -92,6 +148,7 @@ void Connection::on_packet(Time now, const wire::Packet& packet, bool ce_marked)
       break;
     }
     case wire::PacketType::ProbeReply: on_probe_reply(now, packet); break;
+    case wire::PacketType::UdSend: break;  // never part of a connection (Endpoint::on_ud_datagram)
   }
 }
 
@@ -132,7 +189,7 @@ void Connection::on_data(Time now, const wire::Packet& p, bool ce_marked) {
     }
   }
 
-  const Verdict verdict = wire::is_request(h.opcode) ? qp->on_request(p) : qp->on_response(p);
+  const Verdict verdict = wire::is_request(h.opcode) ? qp->on_request(p) : qp->on_response(now, p);
   // The rocev2 PSN advances only for a packet the QP did not refuse outright.
   if (rocev2() && verdict != Verdict::OutOfWindow && verdict != Verdict::QpNotReady) in_order_.record(h.path_seq);
   switch (verdict) {
@@ -147,7 +204,6 @@ void Connection::on_data(Time now, const wire::Packet& p, bool ce_marked) {
     case Verdict::StaleResponse: ++counters.rx_drop_stale_response; break;
   }
   ++counters.rx_data_packets;
-  if (verdict == Verdict::Placed && !wire::is_request(h.opcode)) note_progress(now);
 
   // The path saw this packet whatever the message layer decided: path
   // reliability is about the network, message problems travel in NAKs.
@@ -182,7 +238,7 @@ void Connection::on_ack(Time now, const wire::Ack& ack) {
   }
   for (uint8_t i = 0; i < ack.stream_count; ++i) {
     QueuePair* qp = attached_qp(ack.streams[i].qpn);
-    if (qp && qp->on_stream_ack(ack.streams[i].completed_msn)) note_progress(now);
+    if (qp) qp->on_stream_ack(now, ack.streams[i].completed_msn);
   }
 }
 
@@ -201,6 +257,8 @@ void Connection::on_path_sack(Time now, SendPath& path, const wire::PathSack& bl
     const bool covered = rocev2() || block.covers(seq);
     if (covered) {
       if (record.state == TxRecord::State::Acked) continue;
+      if (!any_delivered_ || record.sent > latest_delivered_sent_) latest_delivered_sent_ = record.sent;
+      any_delivered_ = true;
       if (record.state == TxRecord::State::Lost) {
         ++endpoint_.counters_.spurious_retransmits;
       } else {
@@ -213,7 +271,7 @@ void Connection::on_path_sack(Time now, SendPath& path, const wire::PathSack& bl
       // Progress means a chunk acknowledged for the first time, not a probe
       // of one already acknowledged.
       QueuePair* qp = attached_qp(record.ref.qpn);
-      if (qp && qp->on_chunk_acked(record.ref)) note_progress(now);
+      if (qp) qp->on_chunk_acked(now, record.ref);
     } else if (record.state == TxRecord::State::InFlight) {
       // Paths are FIFO: a later packet arrived, so this one was lost.
       declare_lost(path, record);
@@ -222,13 +280,20 @@ void Connection::on_path_sack(Time now, SendPath& path, const wire::PathSack& bl
   if (!path.any_acked || seq_after(highest, path.highest_acked)) path.highest_acked = highest;
   path.any_acked = true;
   if (rtt_sample) path.rtt.on_sample(rtt_sample);
-  const uint32_t marks = block.ce_count - path.last_ce_count;
-  path.last_ce_count = block.ce_count;
+  // ce_count is cumulative; an ACK overtaken by a newer one reports less.
+  const int32_t new_marks = static_cast<int32_t>(block.ce_count - path.last_ce_count);
+  const uint32_t marks = new_marks > 0 ? static_cast<uint32_t>(new_marks) : 0;
+  if (new_marks > 0) path.last_ce_count = block.ce_count;
   path.stats.ecn_marks += marks;
   if (acked_packets > 0) {
     path.cc.on_ack(now, acked_bytes, acked_packets, marks, rtt_sample, path.rtt.min_rtt(), path.rtt.srtt());
-    path.consecutive_rtos = 0;
-    if (path.health == PathHealth::Suspect) path.health = PathHealth::Active;
+    path.blamed_timeouts = 0;
+    path.backoff = 0;
+    if (path.health == PathHealth::Suspect) {
+      path.health = PathHealth::Active;
+      path.probe_at = kNever;
+      path.probe_sent = kNever;
+    }
   }
   // Anything this far below the highest ACKed can no longer be reported.
   for (uint64_t i = 0; i < path.records.size(); ++i) {
@@ -277,25 +342,24 @@ void Connection::on_nak(Time now, const wire::Nak& nak) {
     return;
   }
   QueuePair* qp = attached_qp(nak.qpn);
-  if (qp && qp->on_nak(now, nak)) note_progress(now);
+  if (qp) qp->on_nak(now, nak);
 }
 
 void Connection::on_probe_reply(Time now, const wire::Packet& packet) {
   const uint16_t id = packet.common.path_id;
   if (id >= paths_.size()) return;
   SendPath& path = paths_[id];
-  if (path.health != PathHealth::Failed || packet.probe.probe_seq != path.probe_seq) return;
+  if (path.health == PathHealth::Active || packet.probe.probe_seq != path.probe_seq) return;
+  // A failed path comes back with a fresh window; a suspect one lost only
+  // what timed out and keeps its window.
+  if (path.health == PathHealth::Failed) path.cc.reset();
   path.health = PathHealth::Active;
-  path.consecutive_rtos = 0;
+  path.blamed_timeouts = 0;
+  path.backoff = 0;
   path.probe_at = kNever;
-  path.cc.reset();
+  path.probe_sent = kNever;
   if (packet.probe.timestamp <= now) path.rtt.on_sample(now - packet.probe.timestamp);
   ++endpoint_.counters_.path_recoveries;
-}
-
-void Connection::note_progress(Time now) {
-  last_progress_ = now;
-  retry_count_ = 0;
 }
 
 void Connection::queue_nak(uint16_t path_id, const wire::Nak& nak) {
@@ -308,100 +372,138 @@ void Connection::queue_nak(uint16_t path_id, const wire::Nak& nak) {
 
 // --- timers ------------------------------------------------------------------
 
-bool Connection::has_outstanding_work() const {
-  for (const QueuePair* qp : qps_)
-    if (qp->has_outstanding_work()) return true;
-  return false;
-}
-
-Time Connection::retry_deadline() const {
-  if (!has_outstanding_work()) return kNever;
+Time Connection::retry_base() const {
   Time base = endpoint_.min_rto();
   for (const SendPath& path : paths_) base = std::max(base, path.rtt.rto(endpoint_.min_rto(), endpoint_.config().max_rto_ns));
-  Time qp_timeout = 0;
-  for (const QueuePair* qp : qps_) qp_timeout = std::max(qp_timeout, qp->config().timeout_ns);
-  // A verbs timeout is a fixed interval, so that retry_cnt + 1 of them bound
-  // how long a dead peer takes to notice, as on an RDMA NIC. Without one the
-  // engine's RTO doubles per expiry.
-  if (qp_timeout > 0) return last_progress_ + std::max(base, qp_timeout);
-  return last_progress_ + (base << std::min(retry_count_, kMaxBackoffShift));
+  return base;
 }
 
 void Connection::path_timeout(Time now, SendPath& path) {
   ++endpoint_.counters_.rto_expirations;
-  ++path.consecutive_rtos;
   if (rocev2()) {
     // Go back to the oldest unacknowledged packet and resend from there.
+    ++path.backoff;
     path.rewinding = true;
     path.rewind_seq = path.first_seq;
     ++endpoint_.counters_.go_back_n;
-  } else if (!any_peer_rx_ || now - last_peer_rx_ >= path.rtt.rto(endpoint_.min_rto(), endpoint_.config().max_rto_ns)) {
-    // Nothing at all came back from the peer for a whole RTO: the peer or
-    // this host stalled (a busy CPU, a long scheduling delay) or every path
-    // is down, which no choice of path repairs. Resend the oldest packet, as
-    // TCP does on a timeout, to learn which, and leave the path's health and
-    // the rest of its flight alone: an ACK then resumes at full speed, and a
-    // dead peer is the retry timer's to find.
+  } else {
+    TxRecord* oldest = nullptr;
     for (TxRecord& record : path.records) {
       if (record.state != TxRecord::State::InFlight) continue;
-      declare_lost(path, record);
+      oldest = &record;
       break;
     }
-  } else {
-    // The peer answers on other paths: this one is losing everything.
-    for (TxRecord& record : path.records)
-      if (record.state == TxRecord::State::InFlight) declare_lost(path, record);
-    const EndpointConfig& config = endpoint_.config();
-    if (path.consecutive_rtos >= config.path_fail_timeouts) {
-      if (path.health != PathHealth::Failed) {
-        path.health = PathHealth::Failed;
-        path.probe_interval = endpoint_.probe_interval();
-        path.probe_at = now + path.probe_interval;
-        ++endpoint_.counters_.path_failures;
-      }
-    } else if (path.consecutive_rtos >= config.path_suspect_timeouts) {
-      path.health = PathHealth::Suspect;
+    if (oldest && delivered_after(oldest->sent) && !last_active(path)) {
+      // The peer acknowledged packets sent after this one on other paths:
+      // this path loses what it carries. Judging by what was sent after
+      // the lost packet, rather than by whether anything came back at all,
+      // keeps a path whose lone packet timed out after everything else was
+      // acknowledged (the sender had nothing more in flight) from looking
+      // like a stalled peer, so that a dead path is failed, not fed one
+      // packet per backed-off RTO. The last active path is never blamed: a
+      // connection with no path to carry data waits for probes, and under
+      // a heavy CPU load paths that work are blamed for delays that exceed
+      // an RTO.
+      for (TxRecord& record : path.records)
+        if (record.state == TxRecord::State::InFlight) declare_lost(path, record);
+      blame_path(now, path);
+    } else if (oldest) {
+      // Nothing sent after it was acknowledged anywhere: the peer or this
+      // host stalled, or every path is down, which no choice of path
+      // repairs. Resend the oldest packet, as TCP does on a timeout, to learn
+      // which, and leave the path's health and the rest of its flight
+      // alone: an ACK then resumes at full speed, and a dead peer is the
+      // retry timer's to find.
+      declare_lost(path, *oldest);
+      ++path.backoff;
     }
   }
   path.rto_deadline = path.inflight_bytes > 0 || path.rewinding ? now + rto(path) : kNever;
 }
 
-void Connection::retry_timeout(Time now) {
-  ++retry_count_;
-  last_progress_ = now;
-  for (QueuePair* qp : std::vector<QueuePair*>(qps_)) {
-    if (!qp->has_outstanding_work()) continue;
-    if (retry_count_ > qp->config().retry_cnt) {
-      qp->fail_with(WcStatus::RetryExceeded);
-      continue;
+bool Connection::last_active(const SendPath& path) const {
+  if (path.health != PathHealth::Active) return false;
+  for (const SendPath& other : paths_)
+    if (&other != &path && other.health == PathHealth::Active) return false;
+  return true;
+}
+
+void Connection::blame_path(Time now, SendPath& path) {
+  path.backoff = 0;
+  ++path.blamed_timeouts;
+  const EndpointConfig& config = endpoint_.config();
+  if (path.blamed_timeouts >= config.path_fail_timeouts) {
+    if (path.health != PathHealth::Failed) {
+      path.health = PathHealth::Failed;
+      path.probe_interval = endpoint_.probe_interval();
+      path.probe_at = now + path.probe_interval;
+      ++endpoint_.counters_.path_failures;
     }
-    ChunkRef ref;
-    if (qp->recover_stalled(ref)) retransmits_.push_back({ref, 0, true});
+  } else if (path.blamed_timeouts >= config.path_suspect_timeouts && path.health == PathHealth::Active) {
+    // A suspect path carries no data: a probe tells at once whether it
+    // works, at no risk to a message.
+    path.health = PathHealth::Suspect;
+    path.probe_at = now;
   }
+}
+
+void Connection::probe_path(Time now, SendPath& path) {
+  Control probe;
+  probe.type = wire::PacketType::Probe;
+  probe.path_id = path.id;
+  probe.probe.probe_seq = ++path.probe_seq;
+  probe.probe.timestamp = now;
+  control_.push_back(probe);
+  ++endpoint_.counters_.tx_probes;
+  path.probe_sent = now;
+}
+
+void Connection::on_path_probe_timer(Time now, SendPath& path) {
+  if (path.health == PathHealth::Suspect) {
+    // An unanswered probe while the peer acknowledged later traffic is
+    // another timeout of the path; during a stall it proves nothing.
+    if (path.probe_sent != kNever && delivered_after(path.probe_sent)) blame_path(now, path);
+    if (path.health == PathHealth::Suspect) {
+      probe_path(now, path);
+      path.probe_at = now + rto(path);
+    }
+    if (path.health != PathHealth::Failed) return;
+  }
+  probe_path(now, path);
+  path.probe_interval = std::min<Time>(path.probe_interval * 2, endpoint_.config().max_rto_ns);
+  path.probe_at = now + path.probe_interval;
 }
 
 void Connection::on_timer(Time now) {
   for (SendPath& path : paths_) {
     if (path.rto_deadline <= now) path_timeout(now, path);
-    if (path.health == PathHealth::Failed && path.probe_at <= now) {
-      Control probe;
-      probe.type = wire::PacketType::Probe;
-      probe.path_id = path.id;
-      probe.probe.probe_seq = ++path.probe_seq;
-      probe.probe.timestamp = now;
-      control_.push_back(probe);
-      ++endpoint_.counters_.tx_probes;
-      path.probe_interval = std::min<Time>(path.probe_interval * 2, endpoint_.config().max_rto_ns);
-      path.probe_at = now + path.probe_interval;
-    }
+    if (path.health != PathHealth::Active && path.probe_at <= now) on_path_probe_timer(now, path);
   }
-  for (QueuePair* qp : qps_) qp->on_timer(now);
-  if (retry_deadline() <= now) retry_timeout(now);
+  for (QueuePair* qp : std::vector<QueuePair*>(qps_)) {
+    qp->on_timer(now);
+    ChunkRef probe;
+    if (qp->retry_at() <= now && qp->on_retry_timer(now, probe)) retransmits_.push_back({probe, 0, true});
+  }
 }
 
 // --- transmit ----------------------------------------------------------------
 
+void Connection::ack_everything_now() {
+  if (unacked_packets_ > 0) ack_now_ = true;
+  if (!farewells_.empty()) farewell_due_ = true;
+}
+
+void Connection::farewell(const QueuePair& qp) {
+  if (!qp.completed_any()) return;
+  constexpr uint32_t kFarewellAcks = 4;  // lost ACKs are not resent: say it a few times
+  constexpr size_t kMaxFarewells = 32;
+  if (farewells_.size() == kMaxFarewells) farewells_.erase(farewells_.begin());
+  farewells_.push_back({{qp.remote_qpn(), qp.completed_msn()}, kFarewellAcks});
+  farewell_due_ = true;
+}
+
 bool Connection::ack_due(Time now) const {
+  if (farewell_due_) return true;
   if (unacked_packets_ == 0 || dirty_paths_ == 0) return false;
   return ack_now_ || unacked_packets_ >= endpoint_.config().ack_every_packets ||
          now >= oldest_unacked_ + endpoint_.ack_delay();
@@ -442,19 +544,24 @@ size_t Connection::send_ack(Time now, std::span<uint8_t> out, uint16_t& path_id)
   }
   for (size_t i = 0; i < qps_.size() && ack.stream_count < wire::kMaxAckStreams; ++i) {
     QueuePair* qp = qps_[(ack_stream_cursor_ + i) % qps_.size()];
-    if (qp->completed_msn() == 0) continue;
+    if (!qp->completed_any()) continue;
     bool listed = false;
     for (uint8_t j = 0; j < ack.stream_count; ++j) listed |= ack.streams[j].qpn == qp->remote_qpn();
     if (!listed) ack.streams[ack.stream_count++] = {qp->remote_qpn(), qp->completed_msn()};
   }
   if (!qps_.empty()) ack_stream_cursor_ = (ack_stream_cursor_ + 1) % qps_.size();
-  // ACKs rotate over the paths the peer uses: the reverse direction of a
-  // path is hashed independently and may be dead while its forward direction
-  // works, and every ACK repeats the cumulative state, so a dead reverse path
-  // then costs a fraction of the ACKs rather than all ACKs of a busy path.
-  const uint16_t ack_path = rocev2() ? 0 : static_cast<uint16_t>(ack_path_cursor_++ % std::max<uint16_t>(rx_path_count_, 1));
+  for (Farewell& f : farewells_) {
+    if (ack.stream_count == wire::kMaxAckStreams) break;
+    ack.streams[ack.stream_count++] = f.stream;
+    --f.acks_left;
+  }
+  // Every ACK repeats the cumulative state, so a lost one costs little
+  // unless it was the last of a burst.
+  const uint16_t ack_path = reply_path(now);
   const size_t length = wire::encode_ack(out, origin(ack_path), ack);
   if (length == 0) return 0;
+  std::erase_if(farewells_, [](const Farewell& f) { return f.acks_left == 0; });
+  farewell_due_ = !farewells_.empty();
   dirty_paths_ = remaining;
   if (remaining == 0) {
     unacked_packets_ = 0;
@@ -468,8 +575,8 @@ size_t Connection::send_ack(Time now, std::span<uint8_t> out, uint16_t& path_id)
 
 bool Connection::path_has_room(const SendPath& path, uint32_t bytes) const {
   switch (path.health) {
-    case PathHealth::Failed: return false;
-    case PathHealth::Suspect: return path.inflight_bytes == 0;
+    case PathHealth::Failed:
+    case PathHealth::Suspect: return false;
     case PathHealth::Active: break;
   }
   return path.inflight_bytes == 0 || path.inflight_bytes + bytes <= path.cc.window();
@@ -544,9 +651,10 @@ size_t Connection::send_rewind(Time now, SendPath& path, std::span<uint8_t> out)
     TxRecord& record = path.records[index];
     ++path.rewind_seq;
     QueuePair* qp = attached_qp(record.ref.qpn);
-    if (qp && !qp->source_readable(record.ref)) qp->abandon_response(record.ref);
-    const size_t length = qp ? qp->build_packet(record.ref, 0, path.rewind_seq - 1, wire::kFlagRetransmit, out) : 0;
+    if (qp && !qp->source_readable(record.ref)) qp->abandon_source(record.ref);
+    const size_t length = qp ? qp->build_packet(record.ref, origin(0), path.rewind_seq - 1, wire::kFlagRetransmit, out) : 0;
     if (length == 0) continue;
+    if (!record.ref.response) qp->on_request_sent(now);
     record.sent = now;
     if (record.state != TxRecord::State::InFlight) {
       record.state = TxRecord::State::InFlight;
@@ -610,11 +718,12 @@ size_t Connection::send_data(Time now, std::span<uint8_t> out, uint16_t& path_id
   QueuePair* qp = attached_qp(ref.qpn);
   if (!qp) return 0;
   if (!qp->source_readable(ref)) {
-    qp->abandon_response(ref);
+    qp->abandon_source(ref);
     return 0;
   }
-  const size_t length = qp->build_packet(ref, path->id, path->next_seq, flags, out);
+  const size_t length = qp->build_packet(ref, origin(path->id), path->next_seq, flags, out);
   if (length == 0) return 0;
+  if (!ref.response) qp->on_request_sent(now);
   path->records.push_back({ref, now, static_cast<uint32_t>(length), TxRecord::State::InFlight});
   ++path->next_seq;
   path->inflight_bytes += static_cast<uint32_t>(length);
@@ -643,7 +752,7 @@ size_t Connection::poll_transmit(Time now, std::span<uint8_t> out, uint16_t& pat
       // The reply names the probed path in its header but leaves from the
       // next slot in the ACK rotation: the probe proved the forward
       // direction; the probed slot's reverse direction may be the dead one.
-      path_id = static_cast<uint16_t>(ack_path_cursor_++ % std::max<uint16_t>(rx_path_count_, 1));
+      path_id = reply_path(now);
     }
     return wire::encode_probe(out, origin(c.path_id), c.type, c.probe);
   }
@@ -652,7 +761,7 @@ size_t Connection::poll_transmit(Time now, std::span<uint8_t> out, uint16_t& pat
 }
 
 Time Connection::next_wakeup() const {
-  if (!control_.empty()) return 0;
+  if (!control_.empty() || farewell_due_) return 0;
   Time wake = kNever;
   if (unacked_packets_ > 0 && dirty_paths_ != 0) {
     if (ack_now_ || unacked_packets_ >= endpoint_.config().ack_every_packets) return 0;
@@ -671,10 +780,10 @@ Time Connection::next_wakeup() const {
   }
   for (const SendPath& path : paths_) {
     wake = std::min(wake, path.rto_deadline);
-    if (path.health == PathHealth::Failed) wake = std::min(wake, path.probe_at);
+    if (path.health != PathHealth::Active) wake = std::min(wake, path.probe_at);
   }
-  for (const QueuePair* qp : qps_) wake = std::min(wake, qp->next_rnr_resend());
-  return std::min(wake, retry_deadline());
+  for (const QueuePair* qp : qps_) wake = std::min({wake, qp->next_rnr_resend(), qp->retry_at()});
+  return wake;
 }
 
 std::vector<PathSnapshot> Connection::snapshots() const {

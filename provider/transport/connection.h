@@ -22,6 +22,13 @@
 
 namespace metaroce::transport {
 
+template <size_t N>
+constexpr std::array<Time, N> filled(Time value) {
+  std::array<Time, N> a{};
+  a.fill(value);
+  return a;
+}
+
 class Endpoint;
 class QueuePair;
 
@@ -34,6 +41,9 @@ class Connection {
   void detach(QueuePair* qp);
 
   void on_packet(Time now, const wire::Packet& packet, bool ce_marked);
+  // The peer came back as a new incarnation (docs/spec.md 9.4): what we
+  // recorded of its paths, and what it reported of ours, starts again.
+  void on_peer_restart();
   void on_timer(Time now);
   // Writes the next datagram due now; returns its length (0 = nothing due).
   size_t poll_transmit(Time now, std::span<uint8_t> out, uint16_t& path_id);
@@ -41,7 +51,14 @@ class Connection {
 
   void queue_nak(uint16_t path_id, const wire::Nak& nak);
   void on_message_completed() { ack_now_ = true; }
+  // The driver is about to stop: an ACK of whatever arrived is due now.
+  void ack_everything_now();
+  // `qp` is being destroyed: its last completed_msn goes out in the next
+  // few ACKs, since the peer's requester may still wait for it.
+  void farewell(const QueuePair& qp);
   void set_congestion(const CongestionParams& params);
+  // The paths' largest RTO: the shortest transport timeout of a QP.
+  Time retry_base() const;
 
   // For the receiver's rate hint: did this peer send us data recently?
   bool sending_to_us(Time now) const;
@@ -71,9 +88,15 @@ class Connection {
     PathCongestion cc;
     double next_tx_ns = 0;  // pacing
     Time rto_deadline = kNever;
-    uint32_t consecutive_rtos = 0;
+    // Consecutive timeouts that the path itself is to blame for (the peer
+    // acknowledged packets sent after the one that timed out): they move the
+    // path to suspect and failed. The backoff counts timeouts while nothing
+    // sent later was acknowledged anywhere (a stall), which double the RTO.
+    uint32_t blamed_timeouts = 0;
+    uint32_t backoff = 0;
     Time probe_at = kNever;
     Time probe_interval = 0;
+    Time probe_sent = kNever;  // newest probe not yet answered
     uint32_t probe_seq = 0;
     uint32_t last_ce_count = 0;
     // rocev2 go-back-N: resend records from rewind_seq up to next_seq.
@@ -97,6 +120,11 @@ class Connection {
 
   bool rocev2() const { return profile_ == Profile::RoCEv2; }
   wire::Origin origin(uint16_t path_id) const;
+  // The path an ACK or ProbeReply leaves on (see send_ack).
+  uint16_t reply_path(Time now);
+  // Which of the peer's paths (< wire::kHeardPathBits) sent us something
+  // among the last few packets from the peer.
+  uint16_t heard_paths() const;
   QueuePair* attached_qp(uint32_t qpn) const;
   void on_data(Time now, const wire::Packet& packet, bool ce_marked);
   void on_ack(Time now, const wire::Ack& ack);
@@ -106,11 +134,18 @@ class Connection {
   void declare_lost(SendPath& path, TxRecord& record);
   void trim(SendPath& path);
   void path_timeout(Time now, SendPath& path);
-  void retry_timeout(Time now);
-  void note_progress(Time now);
+  // The path lost a packet or a probe while the peer acknowledged traffic
+  // sent after it: counts toward suspect and failed.
+  void blame_path(Time now, SendPath& path);
+  void probe_path(Time now, SendPath& path);
+  void on_path_probe_timer(Time now, SendPath& path);
+  // Did the peer acknowledge something sent after `sent`, on any path?
+  bool delivered_after(Time sent) const { return any_delivered_ && latest_delivered_sent_ > sent; }
+  // Is `path` the only active one?
+  bool last_active(const SendPath& path) const;
+
   Time rto(const SendPath& path) const;
-  Time retry_deadline() const;
-  bool has_outstanding_work() const;
+
   bool has_data_to_send() const;
   bool path_has_room(const SendPath& path, uint32_t bytes) const;
   uint64_t connection_window() const;
@@ -138,10 +173,9 @@ class Connection {
   std::deque<Retransmit> retransmits_;
   double conn_next_tx_ns_ = 0;  // pacing at the peer's rate hint
   uint64_t rate_hint_bps_ = 0;  // 0 = none received
-  Time last_progress_ = 0;
-  uint32_t retry_count_ = 0;
-  Time last_peer_rx_ = 0;  // any packet from the peer, on any path
-  bool any_peer_rx_ = false;
+  // Send time of the latest-sent packet that the peer acknowledged.
+  Time latest_delivered_sent_ = 0;
+  bool any_delivered_ = false;
 
   // Receiver.
   std::array<ReceiveScoreboard, wire::kMaxPaths> scoreboards_{};
@@ -152,8 +186,22 @@ class Connection {
   Time oldest_unacked_ = kNever;
   bool ack_now_ = false;
   size_t ack_stream_cursor_ = 0;
+  struct Farewell {
+    wire::StreamAck stream;
+    uint32_t acks_left = 0;
+  };
+  std::vector<Farewell> farewells_;
+  bool farewell_due_ = false;
   uint16_t rx_path_count_ = 0;   // highest path id the peer sent data on, + 1
-  uint32_t ack_path_cursor_ = 0;
+  uint16_t reply_cursor_ = 0;    // the path of the last reply
+  uint32_t replies_ = 0;
+  // Reverse-path feedback: the peer reports which of our paths it hears
+  // (CommonHeader::heard_paths), and we report which of its paths we hear.
+  // unheard_since_[i]: when we first replied on our path i after the peer
+  // last reported hearing it (kNever: no reply since).
+  std::array<Time, wire::kHeardPathBits> unheard_since_ = filled<wire::kHeardPathBits>(kNever);
+  uint64_t rx_packets_ = 0;
+  std::array<uint64_t, wire::kHeardPathBits> heard_at_{};  // rx_packets_ when path i was last heard, + 1
   Time last_data_rx_ = 0;
   bool any_data_rx_ = false;
 

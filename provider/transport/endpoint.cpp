@@ -7,15 +7,42 @@
 #include "connection.h"
 #include "metaroce/wire.h"
 #include "queue_pair.h"
+#include "shared_receive_queue.h"
+#include "ud_queue_pair.h"
 
 namespace metaroce::transport {
+
+namespace {
+
+uint64_t mix(uint64_t x) {  // splitmix64's finaliser
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+uint64_t seed_of(const EndpointConfig& config) {
+  if (config.random_seed != 0) return config.random_seed;
+  return mix((uint64_t{config.home_port} << 32) ^ config.qpn_base);
+}
+
+uint32_t epoch_of(const EndpointConfig& config) {
+  if (config.epoch != 0) return config.epoch;
+  uint64_t x = seed_of(config);
+  uint32_t epoch = 0;
+  while (epoch == 0) epoch = static_cast<uint32_t>(x = mix(x));
+  return epoch;
+}
+
+}  // namespace
 
 struct Endpoint::CompletionQueue {
   uint32_t capacity = 0;
   std::deque<Completion> entries;
 };
 
-Endpoint::Endpoint(const EndpointConfig& config) : config_(config) {
+Endpoint::Endpoint(const EndpointConfig& config)
+    : config_(config), epoch_(epoch_of(config)), memory_(mix(seed_of(config) ^ 0x6b657973)) {
   config_.mtu = std::clamp<uint32_t>(config_.mtu, 256, 65536 - 128);
   if (config_.profile == Profile::RoCEv2) config_.paths = 1;
   config_.paths = std::clamp<uint16_t>(config_.paths, 1, wire::kMaxPaths);
@@ -57,15 +84,15 @@ uint64_t Endpoint::inbound_capacity_bps() const {
 
 size_t Endpoint::active_senders(Time now) const {
   size_t count = 0;
-  for (const auto& [peer, connection] : connections_)
-    if (connection->sending_to_us(now)) ++count;
+  for (const auto& [id, peer] : connections_)
+    if (peer.connection->sending_to_us(now)) ++count;
   return count;
 }
 
 void Endpoint::set_congestion(const CongestionConfig& cc) {
   config_.cc = cc;
   const CongestionParams params = congestion_params();
-  for (auto& [peer, connection] : connections_) connection->set_congestion(params);
+  for (auto& [id, peer] : connections_) peer.connection->set_congestion(params);
 }
 
 // --- completion queues ----------------------------------------------------------
@@ -78,10 +105,17 @@ uint32_t Endpoint::create_cq(uint32_t capacity) {
   return id;
 }
 
+bool Endpoint::cq_in_use(uint32_t cq) const {
+  for (const auto& [qpn, qp] : qps_)
+    if (qp->send_cq() == cq || qp->recv_cq() == cq) return true;
+  for (const auto& [qpn, qp] : ud_qps_)
+    if (qp->send_cq() == cq || qp->recv_cq() == cq) return true;
+  return false;
+}
+
 PostResult Endpoint::destroy_cq(uint32_t cq) {
   // As in verbs, a CQ that a QP still uses cannot be destroyed.
-  for (const auto& [qpn, qp] : qps_)
-    if (qp->send_cq() == cq || qp->recv_cq() == cq) return PostResult::BadState;
+  if (cq_in_use(cq)) return PostResult::BadState;
   return cqs_.erase(cq) ? PostResult::Ok : PostResult::NoSuchObject;
 }
 
@@ -100,45 +134,153 @@ size_t Endpoint::cq_depth(uint32_t cq) const {
   return it == cqs_.end() ? 0 : it->second->entries.size();
 }
 
-void Endpoint::push_completion(uint32_t cq, const Completion& completion) {
+void Endpoint::push_completion(uint32_t cq, const Completion& completion, bool owes_ack) {
+  // A completion that data arriving here caused becomes visible only once
+  // the ACK covering that data has been handed to the driver (when
+  // poll_transmit has nothing more due), as an RDMA NIC acknowledges what
+  // it placed before the application can see it: an application that
+  // exits at its last completion leaves no peer waiting. Later completions
+  // queue behind a held one, so a CQ keeps its order.
+  if (owes_ack || !held_completions_.empty()) {
+    held_completions_.emplace_back(cq, completion);
+    return;
+  }
+  deliver_completion(cq, completion);
+}
+
+void Endpoint::deliver_completion(uint32_t cq, const Completion& completion) {
   auto it = cqs_.find(cq);
   if (it == cqs_.end()) return;
   it->second->entries.push_back(completion);
   if (completion_observer_) completion_observer_(cq);
 }
 
+void Endpoint::release_completions() {
+  if (held_completions_.empty()) return;
+  for (const auto& [cq, completion] : held_completions_) deliver_completion(cq, completion);
+  held_completions_.clear();
+  completions_released_ = true;
+}
+
+void Endpoint::flush_owed(Time now) {
+  for (auto& [peer, state] : connections_) state.connection->ack_everything_now();
+  (void)now;
+}
+
+// --- shared receive queues -------------------------------------------------------
+
+uint32_t Endpoint::create_srq(uint32_t pd, uint32_t max_wr) {
+  const uint32_t id = next_srq_++;
+  srqs_.emplace(id, std::make_unique<SharedReceiveQueue>(id, pd, std::max<uint32_t>(max_wr, 1)));
+  return id;
+}
+
+PostResult Endpoint::destroy_srq(uint32_t srq) {
+  auto it = srqs_.find(srq);
+  if (it == srqs_.end()) return PostResult::NoSuchObject;
+  if (it->second->users != 0) return PostResult::BadState;
+  srqs_.erase(it);
+  return PostResult::Ok;
+}
+
+PostResult Endpoint::post_srq_recv(uint32_t srq, const RecvWr& wr) {
+  auto it = srqs_.find(srq);
+  return it == srqs_.end() ? PostResult::NoSuchObject : it->second->post(wr);
+}
+
+PostResult Endpoint::modify_srq(uint32_t srq, std::optional<uint32_t> max_wr, std::optional<uint32_t> limit) {
+  auto it = srqs_.find(srq);
+  return it == srqs_.end() ? PostResult::NoSuchObject : it->second->modify(max_wr, limit);
+}
+
+std::optional<SrqAttributes> Endpoint::query_srq(uint32_t srq) const {
+  auto it = srqs_.find(srq);
+  if (it == srqs_.end()) return std::nullopt;
+  return SrqAttributes{it->second->max_wr(), it->second->limit(), it->second->depth()};
+}
+
 // --- queue pairs --------------------------------------------------------------
 
-uint32_t Endpoint::create_qp(uint32_t pd, uint32_t send_cq, uint32_t recv_cq, const QpConfig& config) {
-  if (!cqs_.count(send_cq) || !cqs_.count(recv_cq)) return 0;
-  QpConfig resolved = config;
-  resolved.max_send_wr = std::min(resolved.max_send_wr, config_.max_outstanding_messages);
+bool Endpoint::qpn_taken(uint32_t qpn) const { return qps_.count(qpn) || ud_qps_.count(qpn); }
+
+uint32_t Endpoint::create_qp(uint32_t pd, uint32_t send_cq, uint32_t recv_cq, const QpConfig& config,
+                             uint32_t srq) {
   if (next_qpn_index_ >= config_.max_qps) return 0;
-  const uint32_t qpn = config_.qpn_base + next_qpn_index_++;
-  qps_.emplace(qpn, std::make_unique<QueuePair>(*this, qpn, pd, send_cq, recv_cq, resolved));
-  return qpn;
+  return create_qp_numbered(config_.qpn_base + next_qpn_index_++, pd, send_cq, recv_cq, config, srq);
 }
 
 uint32_t Endpoint::create_qp_numbered(uint32_t qpn, uint32_t pd, uint32_t send_cq, uint32_t recv_cq,
-                                      const QpConfig& config) {
-  if (qpn == 0 || qps_.count(qpn) || !cqs_.count(send_cq) || !cqs_.count(recv_cq)) return 0;
+                                      const QpConfig& config, uint32_t srq) {
+  if (qpn == 0 || qpn_taken(qpn) || !cqs_.count(send_cq) || !cqs_.count(recv_cq)) return 0;
+  SharedReceiveQueue* shared = nullptr;
+  if (srq) {
+    auto it = srqs_.find(srq);
+    if (it == srqs_.end()) return 0;
+    shared = it->second.get();
+  }
   QpConfig resolved = config;
   resolved.max_send_wr = std::min(resolved.max_send_wr, config_.max_outstanding_messages);
-  qps_.emplace(qpn, std::make_unique<QueuePair>(*this, qpn, pd, send_cq, recv_cq, resolved));
+  qps_.emplace(qpn, std::make_unique<QueuePair>(*this, qpn, pd, send_cq, recv_cq, resolved, shared));
+  if (shared) ++shared->users;
   return qpn;
 }
 
+uint32_t Endpoint::create_ud_qp(uint32_t qpn, uint32_t pd, uint32_t send_cq, uint32_t recv_cq, uint32_t srq,
+                                const QpConfig& config, uint32_t max_message) {
+  if (qpn == 0) {
+    if (next_qpn_index_ >= config_.max_qps) return 0;
+    qpn = config_.qpn_base + next_qpn_index_++;
+  }
+  if (qpn_taken(qpn) || !cqs_.count(send_cq) || !cqs_.count(recv_cq)) return 0;
+  SharedReceiveQueue* shared = nullptr;
+  if (srq) {
+    auto it = srqs_.find(srq);
+    if (it == srqs_.end()) return 0;
+    shared = it->second.get();
+  }
+  const uint32_t message = std::min(max_message, config_.mtu);
+  ud_qps_.emplace(qpn, std::make_unique<UdQueuePair>(*this, qpn, pd, send_cq, recv_cq, shared, config, message));
+  if (shared) ++shared->users;
+  return qpn;
+}
+
+PostResult Endpoint::modify_ud_qp(uint32_t qpn, QpState next, std::optional<uint32_t> qkey) {
+  UdQueuePair* qp = find_ud_qp(qpn);
+  return qp ? qp->modify(next, qkey) : PostResult::NoSuchObject;
+}
+
+PostResult Endpoint::post_send_ud(uint32_t qpn, const UdSendWr& wr) {
+  UdQueuePair* qp = find_ud_qp(qpn);
+  return qp ? qp->post_send(wr) : PostResult::NoSuchObject;
+}
+
 PostResult Endpoint::destroy_qp(uint32_t qpn) {
-  QueuePair* qp = find_qp(qpn);
-  if (!qp) return PostResult::NoSuchObject;
-  if (qp->connection()) qp->connection()->detach(qp);
-  qps_.erase(qpn);
-  return PostResult::Ok;
+  if (QueuePair* qp = find_qp(qpn)) {
+    if (Connection* connection = qp->connection()) {
+      // The peer may still wait for this QP's last stream ACK.
+      connection->farewell(*qp);
+      connection->detach(qp);
+    }
+    if (qp->srq()) --qp->srq()->users;
+    qps_.erase(qpn);
+    return PostResult::Ok;
+  }
+  if (UdQueuePair* ud = find_ud_qp(qpn)) {
+    if (ud->srq()) --ud->srq()->users;
+    ud_qps_.erase(qpn);
+    return PostResult::Ok;
+  }
+  return PostResult::NoSuchObject;
 }
 
 QueuePair* Endpoint::find_qp(uint32_t qpn) const {
   auto it = qps_.find(qpn);
   return it == qps_.end() ? nullptr : it->second.get();
+}
+
+UdQueuePair* Endpoint::find_ud_qp(uint32_t qpn) const {
+  auto it = ud_qps_.find(qpn);
+  return it == ud_qps_.end() ? nullptr : it->second.get();
 }
 
 PostResult Endpoint::modify_qp_to_init(uint32_t qpn) {
@@ -183,7 +325,7 @@ PostResult Endpoint::modify_qp_to_rts(uint32_t qpn, const QpConfig& config) {
 PostResult Endpoint::modify_qp_to_error(uint32_t qpn) {
   QueuePair* qp = find_qp(qpn);
   if (!qp) return PostResult::NoSuchObject;
-  qp->to_error();
+  qp->to_error(/*requested=*/true);
   return PostResult::Ok;
 }
 
@@ -196,9 +338,9 @@ PostResult Endpoint::modify_qp_to_reset(uint32_t qpn) {
 }
 
 std::optional<QpState> Endpoint::qp_state(uint32_t qpn) const {
-  const QueuePair* qp = find_qp(qpn);
-  if (!qp) return std::nullopt;
-  return qp->state();
+  if (const QueuePair* qp = find_qp(qpn)) return qp->state();
+  if (const UdQueuePair* ud = find_ud_qp(qpn)) return ud->state();
+  return std::nullopt;
 }
 
 PostResult Endpoint::post_send(uint32_t qpn, const SendWr& wr) {
@@ -207,80 +349,258 @@ PostResult Endpoint::post_send(uint32_t qpn, const SendWr& wr) {
 }
 
 PostResult Endpoint::post_recv(uint32_t qpn, const RecvWr& wr) {
-  QueuePair* qp = find_qp(qpn);
-  return qp ? qp->post_recv(wr) : PostResult::NoSuchObject;
+  if (QueuePair* qp = find_qp(qpn)) return qp->post_recv(wr);
+  if (UdQueuePair* ud = find_ud_qp(qpn)) return ud->post_recv(wr);
+  return PostResult::NoSuchObject;
 }
 
 // --- connections and I/O ---------------------------------------------------------
 
-Connection* Endpoint::connection_for(PeerId peer, bool create) {
+Endpoint::Peer* Endpoint::peer_for(PeerId peer, bool create) {
   auto it = connections_.find(peer);
-  if (it != connections_.end()) return it->second.get();
+  if (it != connections_.end()) return &it->second;
   if (!create) return nullptr;
-  auto connection = std::make_unique<Connection>(*this, peer);
-  Connection* raw = connection.get();
-  connections_.emplace(peer, std::move(connection));
-  return raw;
+  Peer& fresh = connections_[peer];
+  fresh.connection = std::make_unique<Connection>(*this, peer);
+  return &fresh;
+}
+
+Connection* Endpoint::connection_for(PeerId peer, bool create) {
+  Peer* p = peer_for(peer, create);
+  return p ? p->connection.get() : nullptr;
+}
+
+void Endpoint::set_peer_key(PeerId peer, const PairKey& key, uint8_t role) {
+  peer_for(peer, true)->session.set_pair_key(key, role);
 }
 
 void Endpoint::on_datagram(Time now, PeerId from, std::span<const uint8_t> datagram, bool ce_marked) {
   ++counters_.rx_datagrams;
-  // Decoding first: nothing is looked up or allocated for a malformed datagram.
+  // Nothing is looked up or allocated for a datagram that is malformed or
+  // fails its integrity check; nothing changes for one that fails any check.
   wire::Packet& packet = rx_packet_;
-  if (wire::decode(datagram, packet) != wire::DecodeStatus::Ok) {
+  wire::CommonHeader& common = packet.common;
+  if (wire::decode_common(datagram, common) != wire::DecodeStatus::Ok ||
+      datagram.size() < wire::kCommonHeaderBytes + wire::trailer_bytes(common.security)) {
     ++counters_.rx_drop_malformed;
     return;
   }
-  Connection* connection = connection_for(from, false);
-  if (!connection) {
+  // UD datagrams belong to no connection (on_ud_datagram).
+  if (common.type == wire::PacketType::UdSend) {
+    ++counters_.rx_drop_malformed;
+    return;
+  }
+  if (common.security != config_.security) {
+    ++counters_.rx_drop_security_mode;
+    return;
+  }
+  const bool integrity_only = common.security == wire::Security::Integrity;
+  std::span<const uint8_t> inner = datagram.first(datagram.size() - wire::trailer_bytes(common.security));
+  if (integrity_only) {
+    if (!check_integrity(datagram)) {
+      ++counters_.rx_drop_integrity;
+      return;
+    }
+    // Without keys the body can be decoded before anything is looked up.
+    if (wire::decode(inner, packet) != wire::DecodeStatus::Ok) {
+      ++counters_.rx_drop_malformed;
+      return;
+    }
+  }
+  Peer* peer = peer_for(from, false);
+  if (!peer) {
     ++counters_.rx_drop_unknown_peer;
     return;
   }
-  connection->on_packet(now, packet, ce_marked);
+  if (common.dst_epoch != 0 && common.dst_epoch != epoch_) {
+    ++counters_.rx_drop_stale_epoch;
+    return;
+  }
+  PeerSession& session = peer->session;
+  const PeerSession::EpochVerdict verdict = session.classify(common.src_epoch, now, min_rto());
+  if (verdict == PeerSession::EpochVerdict::Stale) {
+    ++counters_.rx_drop_stale_epoch;
+    return;
+  }
+  const bool fresh_epoch = verdict == PeerSession::EpochVerdict::New;
+  // A new incarnation's numbering starts from nothing.
+  ReplayWindow unseen;
+  ReplayWindow& window = fresh_epoch ? unseen : session.window(common.dst_epoch != 0);
+  const uint64_t number = window.expand(common.packet_number);
+  if (window.check(number) != ReplayWindow::Check::Fresh) {
+    ++counters_.rx_drop_replay;
+    return;
+  }
+  std::unique_ptr<TrafficKey> candidate;
+  if (!integrity_only) {
+    if (!session.keyed()) {
+      ++counters_.rx_drop_no_key;
+      return;
+    }
+    TrafficKey* key = nullptr;
+    if (fresh_epoch) {
+      candidate = session.candidate_key(common.src_epoch, common.dst_epoch);
+      key = candidate.get();
+    } else {
+      key = session.rx_key(common.src_epoch, common.dst_epoch);
+    }
+    if (common.security == wire::Security::Encrypt) rx_plain_.resize(inner.size());
+    if (!key || !key->open(common.security, datagram, number, rx_plain_)) {
+      ++counters_.rx_drop_integrity;
+      return;
+    }
+    if (common.security == wire::Security::Encrypt) inner = rx_plain_;
+    if (wire::decode(inner, packet) != wire::DecodeStatus::Ok) {
+      ++counters_.rx_drop_malformed;
+      return;
+    }
+  }
+  if (fresh_epoch) {
+    const bool restart = session.peer_epoch() != 0;
+    session.adopt(common.src_epoch);
+    if (restart) {
+      ++counters_.peer_restarts;
+      peer->connection->on_peer_restart();
+    }
+  }
+  // A QP incarnation talks to one peer incarnation: data for a QP that
+  // bound itself to an earlier one of the peer is stale.
+  if (packet.common.type == wire::PacketType::Data) {
+    QueuePair* qp = find_qp(packet.data.dst_qpn);
+    if (qp && qp->connection() == peer->connection.get() && !qp->bind_peer_epoch(common.src_epoch)) {
+      ++counters_.rx_drop_stale_epoch;
+      return;
+    }
+  }
+  session.window(common.dst_epoch != 0).accept(number);
+  session.heard(now);
+  peer->connection->on_packet(now, packet, ce_marked);
+}
+
+size_t Endpoint::seal_datagram(PeerId peer, std::span<uint8_t> buf, size_t length) {
+  Peer* p = peer_for(peer, false);
+  if (!p || length < wire::kCommonHeaderBytes || buf.size() < length + wire::trailer_bytes(config_.security))
+    return 0;
+  return frame(*p, buf, length);
+}
+
+size_t Endpoint::frame(Peer& peer, std::span<uint8_t> buf, size_t length) {
+  PeerSession& session = peer.session;
+  const uint32_t dst_epoch = session.peer_epoch();
+  const uint64_t number = session.next_packet_number(dst_epoch);
+  wire::stamp_common(buf, config_.security, epoch_, dst_epoch, static_cast<uint32_t>(number));
+  if (config_.security == wire::Security::Integrity) {
+    seal_integrity(buf, length);
+    return length + wire::kIntegrityTrailerBytes;
+  }
+  TrafficKey* key = session.tx_key(epoch_, dst_epoch);
+  if (!key || !key->seal(config_.security, buf, length, number)) {
+    ++counters_.tx_drop_no_key;
+    return 0;
+  }
+  return length + wire::kAuthTagBytes;
+}
+
+void Endpoint::on_ud_datagram(const UdAddresses& addresses, std::span<const uint8_t> datagram) {
+  ++counters_.rx_datagrams;
+  // UD datagrams come from anyone and belong to no connection: they carry
+  // the integrity trailer in every security mode, and the Q_Key is their
+  // access control, as in InfiniBand (docs/spec.md 6a).
+  wire::Packet& packet = rx_packet_;
+  if (wire::decode_common(datagram, packet.common) != wire::DecodeStatus::Ok ||
+      packet.common.type != wire::PacketType::UdSend ||
+      datagram.size() < wire::kCommonHeaderBytes + wire::kIntegrityTrailerBytes) {
+    ++counters_.rx_drop_malformed;
+    return;
+  }
+  if (packet.common.security != wire::Security::Integrity) {
+    ++counters_.rx_drop_security_mode;
+    return;
+  }
+  if (!check_integrity(datagram)) {
+    ++counters_.rx_drop_integrity;
+    return;
+  }
+  if (wire::decode(datagram.first(datagram.size() - wire::kIntegrityTrailerBytes), packet) != wire::DecodeStatus::Ok) {
+    ++counters_.rx_drop_malformed;
+    return;
+  }
+  UdQueuePair* qp = find_ud_qp(packet.ud.dst_qpn);
+  if (!qp) {
+    ++counters_.rx_drop_ud_unknown_qp;
+    return;
+  }
+  qp->on_datagram(packet, addresses, counters_);
 }
 
 void Endpoint::on_timer(Time now) {
-  for (auto& [peer, connection] : connections_) connection->on_timer(now);
+  for (auto& [id, peer] : connections_) peer.connection->on_timer(now);
 }
 
 std::optional<TxDatagram> Endpoint::poll_transmit(Time now, std::span<uint8_t> buf) {
+  // UD sends first: each is one datagram, sent once, under no window.
+  if (!ud_qps_.empty()) {
+    auto it = ud_qps_.upper_bound(ud_tx_cursor_);
+    for (size_t i = 0; i < ud_qps_.size(); ++i, ++it) {
+      if (it == ud_qps_.end()) it = ud_qps_.begin();
+      while (it->second->has_pending()) {
+        if (buf.size() <= wire::kIntegrityTrailerBytes) return std::nullopt;
+        PeerId peer = 0;
+        size_t length = it->second->build_next(buf.first(buf.size() - wire::kIntegrityTrailerBytes), peer);
+        if (length == 0) continue;
+        wire::stamp_common(buf, wire::Security::Integrity, epoch_, 0, 0);
+        seal_integrity(buf, length);
+        length += wire::kIntegrityTrailerBytes;
+        ud_tx_cursor_ = it->first;
+        ++counters_.tx_ud_datagrams;
+        return TxDatagram{peer, 0, static_cast<uint32_t>(length)};
+      }
+    }
+  }
   if (connections_.empty()) return std::nullopt;
+  if (buf.size() <= wire::kMaxTrailerBytes) return std::nullopt;
+  const std::span<uint8_t> body = buf.first(buf.size() - wire::kMaxTrailerBytes);
   // Round-robin over connections, starting after the one served last.
   auto start = connections_.upper_bound(tx_cursor_);
   for (size_t i = 0; i < connections_.size(); ++i) {
     if (start == connections_.end()) start = connections_.begin();
     uint16_t path_id = 0;
-    const size_t length = start->second->poll_transmit(now, buf, path_id);
+    size_t length = start->second.connection->poll_transmit(now, body, path_id);
+    if (length > 0) length = frame(start->second, buf, length);
     if (length > 0) {
       tx_cursor_ = start->first;
       return TxDatagram{start->first, path_id, static_cast<uint32_t>(length)};
     }
     ++start;
   }
+  release_completions();
   return std::nullopt;
 }
 
 size_t Endpoint::max_datagram_bytes() const {
-  return std::max<size_t>(config_.mtu + wire::kDataHeaderBytes + 16, wire::kMaxAckBytes);
+  return std::max<size_t>(config_.mtu + wire::kDataHeaderBytes + 16, wire::kMaxAckBytes) + wire::kMaxTrailerBytes;
 }
 
 Time Endpoint::next_wakeup() const {
+  if (!held_completions_.empty()) return 0;
+  for (const auto& [qpn, qp] : ud_qps_)
+    if (qp->has_pending()) return 0;
   Time wake = kNever;
-  for (const auto& [peer, connection] : connections_) wake = std::min(wake, connection->next_wakeup());
+  for (const auto& [id, peer] : connections_) wake = std::min(wake, peer.connection->next_wakeup());
   return wake;
 }
 
 std::vector<PeerId> Endpoint::peers() const {
   std::vector<PeerId> out;
   out.reserve(connections_.size());
-  for (const auto& [peer, connection] : connections_) out.push_back(peer);
+  for (const auto& [id, peer] : connections_) out.push_back(id);
   return out;
 }
 
 std::vector<PathSnapshot> Endpoint::path_snapshots(PeerId peer) const {
   auto it = connections_.find(peer);
   if (it == connections_.end()) return {};
-  return it->second->snapshots();
+  return it->second.connection->snapshots();
 }
 
 }  // namespace metaroce::transport

@@ -28,13 +28,25 @@
 #include "counters.h"
 #include "memory.h"
 #include "metaroce/wire.h"
+#include "packet_protection.h"
 #include "path_congestion.h"
+#include "peer_session.h"
 #include "types.h"
 
 namespace metaroce::transport {
 
 class Connection;
 class QueuePair;
+class SharedReceiveQueue;
+class UdQueuePair;
+struct UdAddresses;
+struct UdSendWr;
+
+struct SrqAttributes {
+  uint32_t max_wr = 0;
+  uint32_t limit = 0;
+  uint32_t depth = 0;  // WQEs waiting
+};
 
 struct TxDatagram {
   PeerId peer = 0;
@@ -50,6 +62,8 @@ class Endpoint {
   Endpoint& operator=(const Endpoint&) = delete;
 
   const EndpointConfig& config() const { return config_; }
+  // This endpoint's incarnation, in every datagram it sends.
+  uint32_t epoch() const { return epoch_; }
 
   // --- memory -------------------------------------------------------------
   MemoryRegistry& memory() { return memory_; }
@@ -64,15 +78,34 @@ class Endpoint {
   // Called whenever a completion is added to a CQ (for completion channels).
   void set_completion_observer(std::function<void(uint32_t cq)> observer) { completion_observer_ = std::move(observer); }
 
+  // Called for every asynchronous event (engine lock held, like completions).
+  void set_async_observer(std::function<void(const AsyncEvent&)> observer) { async_observer_ = std::move(observer); }
+
+  // --- shared receive queues ---------------------------------------------
+  // Returns the new SRQ id (never 0).
+  uint32_t create_srq(uint32_t pd, uint32_t max_wr);
+  PostResult destroy_srq(uint32_t srq);  // BadState while a QP takes from it
+  PostResult post_srq_recv(uint32_t srq, const RecvWr& wr);
+  PostResult modify_srq(uint32_t srq, std::optional<uint32_t> max_wr, std::optional<uint32_t> limit);
+  std::optional<SrqAttributes> query_srq(uint32_t srq) const;
+
   // --- queue pairs --------------------------------------------------------
-  // Returns the new QP number (never 0), or 0 if a CQ does not exist or the
-  // QP numbers are used up. Numbers are not reused.
-  uint32_t create_qp(uint32_t pd, uint32_t send_cq, uint32_t recv_cq, const QpConfig& config);
+  // Returns the new QP number (never 0), or 0 if a CQ (or the SRQ, when not
+  // 0) does not exist or the QP numbers are used up. Numbers are not reused.
+  uint32_t create_qp(uint32_t pd, uint32_t send_cq, uint32_t recv_cq, const QpConfig& config, uint32_t srq = 0);
   // The same with the number chosen by someone else (the kernel module
   // numbers the QPs of kernel devices): returns `qpn`, or 0 if it is 0 or
   // already in use, or a CQ does not exist.
   uint32_t create_qp_numbered(uint32_t qpn, uint32_t pd, uint32_t send_cq, uint32_t recv_cq,
-                              const QpConfig& config);
+                              const QpConfig& config, uint32_t srq = 0);
+  // UD QPs (numbered from the same space; qpn 0: the engine numbers it).
+  // max_message: the largest UD message (the port's active MTU).
+  uint32_t create_ud_qp(uint32_t qpn, uint32_t pd, uint32_t send_cq, uint32_t recv_cq, uint32_t srq,
+                        const QpConfig& config, uint32_t max_message);
+  // A UD QP to `next` (verbs order RESET -> INIT -> RTR -> RTS, ERROR, RESET),
+  // with a new Q_Key if given.
+  PostResult modify_ud_qp(uint32_t qpn, QpState next, std::optional<uint32_t> qkey);
+  PostResult post_send_ud(uint32_t qpn, const UdSendWr& wr);
   PostResult destroy_qp(uint32_t qpn);
   // INIT -> RTR with the peer and its QP number; RTR -> RTS; any -> ERROR / RESET.
   PostResult modify_qp_to_init(uint32_t qpn);
@@ -88,8 +121,24 @@ class Endpoint {
   PostResult post_send(uint32_t qpn, const SendWr& wr);
   PostResult post_recv(uint32_t qpn, const RecvWr& wr);
 
+  // --- security -----------------------------------------------------------
+  // The key metaroced derived for this endpoint and `peer` (authenticate and
+  // encrypt modes) and this end's role in the pair (0 for the end whose
+  // address and home port sort first). Creates the peer's connection.
+  void set_peer_key(PeerId peer, const PairKey& key, uint8_t role);
+
+  // Frames a datagram the wire encoders wrote (length bytes in buf) as this
+  // endpoint sends to `peer`: epochs, the next packet number, the trailer.
+  // For drivers and tests that craft packets. Returns the framed length, 0
+  // when it cannot (unknown peer, no key, buf without room for the trailer).
+  size_t seal_datagram(PeerId peer, std::span<uint8_t> buf, size_t length);
+
   // --- I/O ----------------------------------------------------------------
+  // Every datagram is checked (trailer, epochs, packet number) before its
+  // body is decoded; see docs/spec.md section 9.
   void on_datagram(Time now, PeerId from, std::span<const uint8_t> datagram, bool ce_marked);
+  // A UdSend datagram, from any source: UD belongs to no connection.
+  void on_ud_datagram(const UdAddresses& addresses, std::span<const uint8_t> datagram);
   void on_timer(Time now);
   // Writes the next datagram due at `now` into buf (which must hold at least
   // max_datagram_bytes()); returns nothing when none is due.
@@ -97,6 +146,17 @@ class Endpoint {
   size_t max_datagram_bytes() const;
   // Earliest time on_timer or poll_transmit has something to do; kNever if idle.
   Time next_wakeup() const;
+  // Before the driver stops for good: every ACK the peers are owed becomes
+  // due now (poll_transmit then hands it out).
+  void flush_owed(Time now);
+  // True once after poll_transmit made completions visible that data
+  // arriving had caused (a driver that runs the application between
+  // deliveries gives it its turn again).
+  bool take_completions_released() {
+    const bool released = completions_released_;
+    completions_released_ = false;
+    return released;
+  }
 
   const EndpointCounters& counters() const { return counters_; }
   // Per-path view of the connection to `peer`, for statistics and tests.
@@ -119,27 +179,54 @@ class Endpoint {
  private:
   friend class Connection;
   friend class QueuePair;
+  friend class UdQueuePair;
 
+  struct Peer {
+    std::unique_ptr<Connection> connection;
+    PeerSession session;
+  };
+  Peer* peer_for(PeerId peer, bool create);
   Connection* connection_for(PeerId peer, bool create);
+  // Writes the trailer of the datagram the peer's connection wrote; returns
+  // the datagram's new length, 0 when it cannot be sent.
+  size_t frame(Peer& peer, std::span<uint8_t> buf, size_t length);
   QueuePair* find_qp(uint32_t qpn) const;
-  void push_completion(uint32_t cq, const Completion& completion);
+  void push_completion(uint32_t cq, const Completion& completion, bool owes_ack = false);
+  void deliver_completion(uint32_t cq, const Completion& completion);
+  void release_completions();
+  UdQueuePair* find_ud_qp(uint32_t qpn) const;
+  bool qpn_taken(uint32_t qpn) const;
+  bool cq_in_use(uint32_t cq) const;
+  void notify(const AsyncEvent& event) {
+    if (async_observer_) async_observer_(event);
+  }
 
   EndpointConfig config_;
+  uint32_t epoch_ = 0;
   MemoryRegistry memory_;
   EndpointCounters counters_;
   struct CompletionQueue;
   std::unordered_map<uint32_t, std::unique_ptr<CompletionQueue>> cqs_;
   std::unordered_map<uint32_t, std::unique_ptr<QueuePair>> qps_;
+  std::map<uint32_t, std::unique_ptr<UdQueuePair>> ud_qps_;  // ordered: deterministic transmit
+  std::unordered_map<uint32_t, std::unique_ptr<SharedReceiveQueue>> srqs_;
   // Ordered so that iteration (transmit scheduling) is deterministic.
-  std::map<PeerId, std::unique_ptr<Connection>> connections_;
+  std::map<PeerId, Peer> connections_;
   std::function<void(uint32_t)> completion_observer_;
+  std::vector<std::pair<uint32_t, Completion>> held_completions_;  // (cq, completion), in order
+  bool completions_released_ = false;
+  std::function<void(const AsyncEvent&)> async_observer_;
   uint32_t next_cq_ = 1;
+  uint32_t next_srq_ = 1;
+  uint32_t ud_tx_cursor_ = 0;  // round-robin start among UD QPs
   uint32_t next_qpn_index_ = 0;
   PeerId tx_cursor_ = 0;  // round-robin start among connections
   // Decoded form of the datagram being handled, kept between calls: a
   // Packet is over 1 KB, and zeroing a fresh one per datagram cost more than
   // decoding it. decode() writes every member that the packet's type uses.
   wire::Packet rx_packet_;
+  // Encrypt mode: the decrypted datagram being handled.
+  std::vector<uint8_t> rx_plain_;
 };
 
 }  // namespace metaroce::transport

@@ -10,9 +10,13 @@ namespace {
 constexpr uint32_t kKnownAccess =
     kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
 
-// A key is the slot index in the upper 24 bits and a generation in the lower 8,
-// so a stale key of a freed and reused slot does not match the new region.
-uint32_t make_key(uint32_t index, uint8_t generation) { return (index << 8) | generation; }
+constexpr uint32_t kIndexBits = 20;
+constexpr uint32_t kIndexMask = (1u << kIndexBits) - 1;
+constexpr uint32_t kTagMask = (1u << (32 - kIndexBits)) - 1;
+constexpr size_t kMaxSlots = kIndexMask;  // index 0 is never used, so key 0 never valid
+constexpr size_t kQuarantine = 64;
+
+uint32_t make_key(uint32_t index, uint32_t tag) { return (tag << kIndexBits) | index; }
 
 bool range_inside(const MemoryRegion& mr, uint64_t addr, uint64_t length) {
   if (addr < mr.addr) return false;
@@ -22,6 +26,13 @@ bool range_inside(const MemoryRegion& mr, uint64_t addr, uint64_t length) {
 
 }  // namespace
 
+uint32_t MemoryRegistry::next_random() {
+  uint64_t z = (rng_ += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return static_cast<uint32_t>(z ^ (z >> 31));
+}
+
 std::optional<uint32_t> MemoryRegistry::register_region(uint32_t pd, uint64_t addr, uint64_t length,
                                                         uint32_t access) {
   if ((access & ~kKnownAccess) != 0) return std::nullopt;
@@ -30,18 +41,19 @@ std::optional<uint32_t> MemoryRegistry::register_region(uint32_t pd, uint64_t ad
   if ((access & (kAccessRemoteWrite | kAccessRemoteAtomic)) && !(access & kAccessLocalWrite))
     return std::nullopt;
   uint32_t index;
-  if (!free_.empty()) {
-    index = free_.back();
-    free_.pop_back();
+  if (!free_.empty() && (free_.size() >= kQuarantine || slots_.size() >= kMaxSlots)) {
+    index = free_.front();
+    free_.pop_front();
   } else {
-    if (slots_.size() >= (1u << 24) - 1) return std::nullopt;
-    index = static_cast<uint32_t>(slots_.size()) + 1;  // key 0 is never valid
+    if (slots_.size() >= kMaxSlots) return std::nullopt;
+    index = static_cast<uint32_t>(slots_.size()) + 1;
     slots_.emplace_back();
+    slots_.back().tag = next_random();
   }
   Slot& slot = slots_[index - 1];
-  slot.generation = static_cast<uint8_t>(slot.generation + 1);
+  slot.tag = (slot.tag + 1) & kTagMask;
   slot.live = true;
-  slot.region = MemoryRegion{addr, length, make_key(index, slot.generation), access, pd};
+  slot.region = MemoryRegion{addr, length, make_key(index, slot.tag), access, pd};
   ++live_;
   return slot.region.key;
 }
@@ -49,7 +61,7 @@ std::optional<uint32_t> MemoryRegistry::register_region(uint32_t pd, uint64_t ad
 bool MemoryRegistry::deregister(uint32_t key) {
   const MemoryRegion* mr = find(key);
   if (!mr) return false;
-  const uint32_t index = key >> 8;
+  const uint32_t index = key & kIndexMask;
   slots_[index - 1].live = false;
   free_.push_back(index);
   --live_;
@@ -57,7 +69,7 @@ bool MemoryRegistry::deregister(uint32_t key) {
 }
 
 const MemoryRegion* MemoryRegistry::find(uint32_t key) const {
-  const uint32_t index = key >> 8;
+  const uint32_t index = key & kIndexMask;
   if (index == 0 || index > slots_.size()) return nullptr;
   const Slot& slot = slots_[index - 1];
   if (!slot.live || slot.region.key != key) return nullptr;

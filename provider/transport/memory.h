@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <span>
 #include <vector>
@@ -30,8 +31,14 @@ enum class AccessCheck : uint8_t {
   Misaligned,  // atomics need 8-byte alignment
 };
 
+// Keys are a slot index (low 20 bits) and a 12-bit tag (high bits) that
+// starts at a random value per slot and advances with every registration in
+// that slot; freed slots wait in a FIFO and are reused only once 64 others
+// are free, so a deregistered key comes back only after 4096 registrations
+// of its slot, and the first key of an endpoint is not a constant.
 class MemoryRegistry {
  public:
+  explicit MemoryRegistry(uint64_t seed = 0x6d656d6f7279) : rng_(seed) {}
   // Returns the key (used as both lkey and rkey), or nothing when the range
   // wraps around the address space or access has unknown bits.
   std::optional<uint32_t> register_region(uint32_t pd, uint64_t addr, uint64_t length, uint32_t access);
@@ -50,12 +57,14 @@ class MemoryRegistry {
  private:
   struct Slot {
     MemoryRegion region;
-    uint8_t generation = 0;
+    uint32_t tag = 0;
     bool live = false;
   };
+  uint32_t next_random();
   std::vector<Slot> slots_;
-  std::vector<uint32_t> free_;
+  std::deque<uint32_t> free_;  // oldest first
   size_t live_ = 0;
+  uint64_t rng_;
 };
 
 // Copies between a scatter/gather list and a flat byte range, `offset` bytes

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -53,7 +54,7 @@ struct ChunkRef {
   uint32_t qpn = 0;
   uint32_t msn = 0;
   uint32_t chunk = 0;
-  uint8_t attempt = 0;
+  uint16_t attempt = 0;
   bool response = false;  // a READ/atomic response owed by the local responder
 };
 
@@ -82,7 +83,8 @@ struct OutboundMessage {
   uint32_t chunks = 1;
   uint32_t next_chunk = 0;  // first chunk never sent in this attempt
   ChunkSet acked;           // chunks the peer's SACK confirmed in this attempt
-  uint8_t attempt = 0;
+  ChunkSet ever_acked;      // ... in any attempt: a chunk acknowledged again is no progress
+  uint16_t attempt = 0;     // wraps after 65536 attempts, each at least an RNR delay apart
 
   // Requester only.
   uint64_t wr_id = 0;
@@ -92,6 +94,7 @@ struct OutboundMessage {
   bool done = false;            // finished (successfully or not); completes in order
   ChunkSet response_received;   // READ: response chunks placed
   bool rnr_wait = false;
+  bool holds_rd_atomic = false;  // counts against max_rd_atomic while outstanding
   Time rnr_resend_at = kNever;
   uint32_t rnr_naks = 0;
   uint32_t stall_probes = 0;    // tail probes sent since the last progress
@@ -101,6 +104,13 @@ struct OutboundMessage {
     return opcode == wire::Opcode::ReadRequest || opcode == wire::Opcode::FetchAdd ||
            opcode == wire::Opcode::CompareSwap;
   }
+};
+
+// Why a request cannot be carried out: what the requester is told, and the
+// status of the receive WQE it consumes (Success: none).
+struct RequestFailure {
+  wire::NakKind nak = wire::NakKind::InvalidRequest;
+  WcStatus recv_status = WcStatus::Success;
 };
 
 struct InboundMessage {
@@ -114,7 +124,9 @@ struct InboundMessage {
   wire::ReadRequest read{};
   wire::AtomicRequest atomic{};
   ChunkSet received;
-  bool failed = false;  // NAKed: can never complete
+  uint16_t attempt = 0;                   // of the newest packet
+  std::optional<RequestFailure> failure;  // NAKed; the QP fails when the stream reaches it
+  int naked_attempt = -1;                 // attempt last NAKed
 };
 
 inline std::span<const Sge> sges_of(const OutboundMessage& m) { return {m.sg.data(), m.num_sge}; }

@@ -6,19 +6,28 @@
 
 #include "connection.h"
 #include "endpoint.h"
+#include "shared_receive_queue.h"
 
 namespace metaroce::transport {
 
 QueuePair::QueuePair(Endpoint& endpoint, uint32_t qpn, uint32_t pd, uint32_t send_cq,
-                     uint32_t recv_cq, const QpConfig& config)
-    : endpoint_(endpoint), qpn_(qpn), pd_(pd), send_cq_(send_cq), recv_cq_(recv_cq), config_(config) {}
+                     uint32_t recv_cq, const QpConfig& config, SharedReceiveQueue* srq)
+    : endpoint_(endpoint), qpn_(qpn), pd_(pd), send_cq_(send_cq), recv_cq_(recv_cq), srq_(srq), config_(config) {}
 
-uint32_t QueuePair::mtu() const { return endpoint_.config().mtu; }
+uint32_t QueuePair::mtu() const {
+  const uint32_t endpoint_mtu = endpoint_.config().mtu;
+  return config_.mtu != 0 && config_.mtu < endpoint_mtu ? config_.mtu : endpoint_mtu;
+}
 
 void QueuePair::to_rtr(Connection* connection, uint32_t remote_qpn, const QpConfig& config) {
   connection_ = connection;
   remote_qpn_ = remote_qpn;
   config_ = config;
+  // The responder's stream starts at rq_psn, the requester's at sq_psn
+  // (verbs passes it at RTS, set_requester_config()).
+  completed_msn_ = config.rq_psn - 1;
+  next_msn_ = config.sq_psn;
+  peer_epoch_ = 0;
   state_ = QpState::ReadyToReceive;
 }
 
@@ -34,12 +43,22 @@ void QueuePair::to_reset() {
   recv_consumed_ = 0;
   completed_msn_ = 0;
   reads_atomics_in_flight_ = 0;
+  retry_at_ = kNever;
+  retries_ = 0;
+  fatal_.reset();
+  fatal_naked_attempt_ = -1;
+  abandoned_.clear();
+  peer_epoch_ = 0;
   state_ = QpState::Reset;
 }
 
-void QueuePair::to_error() {
+void QueuePair::to_error(bool requested) {
+  const bool was_error = state_ == QpState::Error;
   state_ = QpState::Error;
   flush();
+  if (was_error) return;
+  if (!requested) endpoint_.notify({AsyncEventKind::QpFatal, qpn_});
+  if (srq_) endpoint_.notify({AsyncEventKind::QpLastWqeReached, qpn_});
 }
 
 OutboundMessage* QueuePair::find_request(uint32_t msn) {

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <span>
 
 #include "config.h"
@@ -23,6 +24,7 @@ namespace metaroce::transport {
 
 class Connection;
 class Endpoint;
+class SharedReceiveQueue;
 
 // What the responder (or the requester, for a response) decided about one
 // data packet. The connection turns it into counters, ACK state and NAKs.
@@ -38,15 +40,21 @@ enum class Verdict : uint8_t {
   StaleResponse,      // response to nothing outstanding: drop
 };
 
+inline Verdict verdict_of(const RequestFailure& failure) {
+  return failure.nak == wire::NakKind::RemoteAccess ? Verdict::AccessError : Verdict::InvalidRequest;
+}
+
 class QueuePair {
  public:
+  // With `srq`, receives come from that shared receive queue, not post_recv.
   QueuePair(Endpoint& endpoint, uint32_t qpn, uint32_t pd, uint32_t send_cq, uint32_t recv_cq,
-            const QpConfig& config);
+            const QpConfig& config, SharedReceiveQueue* srq = nullptr);
 
   uint32_t qpn() const { return qpn_; }
   uint32_t pd() const { return pd_; }
   uint32_t send_cq() const { return send_cq_; }
   uint32_t recv_cq() const { return recv_cq_; }
+  SharedReceiveQueue* srq() const { return srq_; }
   QpState state() const { return state_; }
   const QpConfig& config() const { return config_; }
   uint32_t remote_qpn() const { return remote_qpn_; }
@@ -60,9 +68,13 @@ class QueuePair {
     config_.rnr_retry = config.rnr_retry;
     config_.timeout_ns = config.timeout_ns;
     config_.max_rd_atomic = config.max_rd_atomic;
+    config_.sq_psn = config.sq_psn;
+    next_msn_ = config.sq_psn;
   }
-  // Flushes every outstanding work request and stops the stream.
-  void to_error();
+  // Flushes every outstanding work request and stops the stream. A QP that
+  // fails by itself (not `requested` through modify_qp) reports QpFatal; an
+  // SRQ-attached one then reports QpLastWqeReached.
+  void to_error(bool requested = false);
   void to_reset();
 
   PostResult post_send(const SendWr& wr);
@@ -75,38 +87,57 @@ class QueuePair {
   // Still worth sending (message alive, same attempt, not yet acknowledged)?
   bool chunk_needed(const ChunkRef& ref) const;
   // Writes the data packet for ref; returns its length or 0.
-  size_t build_packet(const ChunkRef& ref, uint16_t path_id, uint32_t path_seq, uint8_t flags,
+  size_t build_packet(const ChunkRef& ref, wire::Origin origin, uint32_t path_seq, uint8_t flags,
                       std::span<uint8_t> out) const;
   uint32_t chunk_payload_bytes(const ChunkRef& ref) const;
   // Returns true when the chunk was not yet acknowledged in this attempt.
-  bool on_chunk_acked(const ChunkRef& ref);
-  // The retry timer fired with no progress. If the oldest incomplete message
-  // has every chunk acknowledged yet has not completed, its completion (or an
-  // RNR NAK) was lost: the first time, `ref` is set to its last chunk to
-  // resend as a probe (returns true); after that the whole message is sent
-  // again as a new attempt, since a chunk may have been refused for RNR.
-  bool recover_stalled(ChunkRef& ref);
+  bool on_chunk_acked(Time now, const ChunkRef& ref);
   bool has_outstanding_work() const;
-  // A READ response re-checks the responder's region before every send: the
-  // application may have deregistered (and freed) it since the READ arrived.
+  // The transport timer (verbs' timeout and retry_cnt), kept per QP as on an
+  // RDMA NIC: it runs while a request of this QP is outstanding, restarts
+  // on the QP's own progress (a chunk acknowledged for the first time, a
+  // response, a completion, a NAK), and after retry_cnt expiries in a row
+  // the oldest request fails with RETRY_EXC_ERR.
+  Time retry_at() const { return retry_at_; }
+  void on_request_sent(Time now);
+  // The timer expired. When a chunk should be resent as a probe (the
+  // oldest incomplete message has every chunk acknowledged yet has not
+  // completed: its completion or an RNR NAK was lost), sets `ref` and
+  // returns true; the second time the whole message is sent again as a new
+  // attempt, since a chunk may have been refused for RNR.
+  bool on_retry_timer(Time now, ChunkRef& ref);
+  // Every chunk's source memory is checked again before each send: the
+  // application may have deregistered (and freed) it since the work
+  // request was posted or the READ arrived.
   bool source_readable(const ChunkRef& ref) const;
-  // Drops a READ response that can no longer be read and NAKs the requester.
-  void abandon_response(const ChunkRef& ref);
+  // The source is gone: a READ response is dropped and the requester
+  // NAKed; a request fails with LOC_PROT_ERR.
+  void abandon_source(const ChunkRef& ref);
   // Earliest RNR resend time of this QP, kNever if none.
   Time next_rnr_resend() const;
   void on_timer(Time now);
 
   // --- receive side ---
   Verdict on_request(const wire::Packet& packet);
-  Verdict on_response(const wire::Packet& packet);
-  // Returns true if a message completed because of it.
-  bool on_stream_ack(uint32_t completed_msn);
-  // A NAK for one of our requests. Returns false if it was stale.
-  bool on_nak(Time now, const wire::Nak& nak);
+  Verdict on_response(Time now, const wire::Packet& packet);
+  void on_stream_ack(Time now, uint32_t completed_msn);
+  // A NAK for one of our requests; stale ones are ignored.
+  void on_nak(Time now, const wire::Nak& nak);
   // Retry exhaustion from the connection.
   void fail_with(WcStatus status);
 
+  // The peer incarnation this QP incarnation talks to: the epoch of the
+  // first data packet it accepted after RTR. False (drop) for a packet of
+  // another one (docs/spec.md 9.4).
+  bool bind_peer_epoch(uint32_t epoch) {
+    if (peer_epoch_ == 0) peer_epoch_ = epoch;
+    return peer_epoch_ == epoch;
+  }
+
   uint32_t completed_msn() const { return completed_msn_; }
+  // Has the responder completed a message since RTR (so completed_msn()
+  // is worth reporting)?
+  bool completed_any() const { return completed_msn_ != config_.rq_psn - 1; }
   bool take_ack_dirty() {
     const bool dirty = ack_dirty_;
     ack_dirty_ = false;
@@ -118,18 +149,38 @@ class QueuePair {
   const OutboundMessage* find_request(uint32_t msn) const;
   const OutboundMessage* find_message(const ChunkRef& ref) const;
   OutboundMessage* find_message(const ChunkRef& ref);
+  // Fills message from the first packet; ReceiverNotReady, or Placed with
+  // message.failure set when the request cannot be carried out.
   Verdict check_new_inbound(const wire::Packet& packet, InboundMessage& message);
-  Verdict place_request_chunk(const wire::Packet& packet, InboundMessage& message, uint32_t chunk);
+  // The receive WQE that stream receive ordinal `index` uses: the QP's own
+  // posted receives in order, or, with an SRQ, WQEs taken from it for the
+  // ordinals in order. Null when none is there (RNR) or `index` is consumed.
+  const RecvWr* receive_for(uint32_t index);
+  std::optional<RequestFailure> place_request_chunk(const wire::Packet& packet, InboundMessage& message,
+                                                    uint32_t chunk);
+  Verdict on_duplicate_request(const wire::Packet& packet);
+  Verdict fail_request(InboundMessage& message, const RequestFailure& failure, const wire::Packet& packet);
+  void fail_responder(uint32_t msn, const InboundMessage& message);
   void advance_responder();
   void execute_read(uint32_t msn, const InboundMessage& message);
-  void execute_atomic(uint32_t msn, const InboundMessage& message);
+  bool execute_atomic(uint32_t msn, const InboundMessage& message);
   void queue_atomic_response(uint32_t msn, uint64_t original);
   void advance_requester();
   // Sends every chunk of m again as a new attempt.
   void restart(OutboundMessage& m, size_t index);
+  void release_rd_atomic(OutboundMessage& m);
+  // Marks m finished with `status` (it completes in posting order).
+  void finish(OutboundMessage& m, WcStatus status);
+  bool recover_stalled(ChunkRef& ref);
+  // A request made progress: the retry count starts again.
+  void note_progress(Time now);
+  Time retry_interval() const;
+  bool requests_outstanding() const;
   void complete_send_wr(const OutboundMessage& message, WcStatus status);
   void flush();
+  wire::Nak make_nak(wire::NakKind kind, uint32_t msn, uint16_t attempt) const;
   void nak(wire::NakKind kind, const wire::Packet& packet);
+  static bool nak_due(int& naked_attempt, const wire::Packet& packet);
   uint32_t mtu() const;
 
   Endpoint& endpoint_;
@@ -137,10 +188,12 @@ class QueuePair {
   const uint32_t pd_;
   const uint32_t send_cq_;
   const uint32_t recv_cq_;
+  SharedReceiveQueue* const srq_;
   QpConfig config_;
   QpState state_ = QpState::Reset;
   Connection* connection_ = nullptr;
   uint32_t remote_qpn_ = 0;
+  uint32_t peer_epoch_ = 0;  // 0 until bind_peer_epoch()
 
   // Requester.
   std::deque<OutboundMessage> send_queue_;  // msn order, front = oldest incomplete
@@ -152,8 +205,10 @@ class QueuePair {
   uint32_t next_msn_ = 1;
   uint32_t next_recv_index_ = 0;
   uint32_t reads_atomics_in_flight_ = 0;
+  Time retry_at_ = kNever;
+  uint32_t retries_ = 0;  // consecutive expiries without progress
 
-  // Responder.
+  // Responder. recv_queue_[i] is the WQE of receive ordinal recv_consumed_ + i.
   std::deque<RecvWr> recv_queue_;
   uint32_t recv_consumed_ = 0;  // receive WQEs completed so far
   uint32_t completed_msn_ = 0;
@@ -164,6 +219,10 @@ class QueuePair {
   // Last (msn, attempt) NAKed for RNR, to send one NAK per attempt.
   uint32_t rnr_nak_msn_ = 0;
   int rnr_nak_attempt_ = -1;
+  // The NAK of the request that sent the QP to the error state.
+  std::optional<wire::Nak> fatal_;
+  int fatal_naked_attempt_ = -1;
+  std::deque<wire::Nak> abandoned_;  // READs given up, newest last
 };
 
 }  // namespace metaroce::transport

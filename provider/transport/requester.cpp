@@ -81,6 +81,7 @@ PostResult QueuePair::post_send(const SendWr& wr) {
   }
   m.chunks = m.needs_response() ? 1 : chunk_count(m.length, mtu());
   m.acked.reset(m.chunks);
+  m.ever_acked.reset(m.chunks);
   if (m.opcode == wire::Opcode::ReadRequest) m.response_received.reset(chunk_count(m.length, mtu()));
   if (m.done) m.next_chunk = m.chunks;  // never transmitted
   send_queue_.push_back(std::move(m));
@@ -97,7 +98,7 @@ bool QueuePair::has_new_chunks() const {
     const OutboundMessage& m = send_queue_[i];
     if (m.rnr_wait) return false;
     if (!m.all_sent()) {
-      return !(m.needs_response() && m.next_chunk == 0 &&
+      return !(m.needs_response() && !m.holds_rd_atomic &&
                reads_atomics_in_flight_ >= config_.max_rd_atomic);
     }
   }
@@ -121,9 +122,10 @@ bool QueuePair::next_new_chunk(ChunkRef& ref) {
       ++send_cursor_;
       continue;
     }
-    if (m.needs_response() && m.next_chunk == 0) {
+    if (m.needs_response() && !m.holds_rd_atomic) {
       if (reads_atomics_in_flight_ >= config_.max_rd_atomic) return false;
       ++reads_atomics_in_flight_;
+      m.holds_rd_atomic = true;
     }
     ref = {qpn_, m.msn, m.next_chunk++, m.attempt, false};
     return true;
@@ -146,7 +148,7 @@ uint32_t QueuePair::chunk_payload_bytes(const ChunkRef& ref) const {
   return static_cast<uint32_t>(std::min<uint64_t>(mtu(), m->length - offset));
 }
 
-size_t QueuePair::build_packet(const ChunkRef& ref, uint16_t path_id, uint32_t path_seq, uint8_t flags,
+size_t QueuePair::build_packet(const ChunkRef& ref, wire::Origin origin, uint32_t path_seq, uint8_t flags,
                                std::span<uint8_t> out) const {
   const OutboundMessage* m = find_message(ref);
   if (!m) return 0;
@@ -167,7 +169,7 @@ size_t QueuePair::build_packet(const ChunkRef& ref, uint16_t path_id, uint32_t p
   h.imm = m->imm;
   if (h.offset + payload == m->length || payload == 0) h.flags |= wire::kFlagAckRequest;
   const size_t header = wire::encode_data(
-      out, {path_id, endpoint_.config().home_port}, h, m->opcode == wire::Opcode::ReadRequest ? &m->read : nullptr,
+      out, origin, h, m->opcode == wire::Opcode::ReadRequest ? &m->read : nullptr,
       wire::is_atomic(m->opcode) ? &m->atomic : nullptr,
       m->opcode == wire::Opcode::AtomicResponse ? &m->atomic_original : nullptr, payload);
   if (header == 0) return 0;
@@ -190,7 +192,14 @@ void QueuePair::restart(OutboundMessage& m, size_t index) {
   ++m.attempt;
   m.next_chunk = 0;
   m.acked.reset(m.chunks);
+  release_rd_atomic(m);
   send_cursor_ = std::min(send_cursor_, index);
+}
+
+void QueuePair::release_rd_atomic(OutboundMessage& m) {
+  if (!m.holds_rd_atomic) return;
+  m.holds_rd_atomic = false;
+  --reads_atomics_in_flight_;
 }
 
 bool QueuePair::recover_stalled(ChunkRef& ref) {
@@ -216,6 +225,51 @@ bool QueuePair::has_outstanding_work() const {
   return false;
 }
 
+// --- the transport timer --------------------------------------------------------
+
+bool QueuePair::requests_outstanding() const {
+  if (state_ != QpState::ReadyToSend) return false;
+  for (const OutboundMessage& m : send_queue_)
+    if (!m.done && !m.rnr_wait && m.next_chunk > 0) return true;
+  return false;
+}
+
+Time QueuePair::retry_interval() const {
+  // A verbs timeout is a fixed interval, so that retry_cnt + 1 of them bound
+  // how long a dead peer takes to notice, as on an RDMA NIC (never shorter
+  // than the paths' RTO, or every loss would look like a timeout). Without
+  // one the engine's RTO doubles per expiry.
+  const Time base = connection_ ? connection_->retry_base() : endpoint_.min_rto();
+  if (config_.timeout_ns > 0) return std::max(base, config_.timeout_ns);
+  return std::min<Time>(base << std::min<uint32_t>(retries_, 10), endpoint_.config().max_rto_ns);
+}
+
+void QueuePair::on_request_sent(Time now) {
+  if (retry_at_ == kNever) retry_at_ = now + retry_interval();
+}
+
+void QueuePair::note_progress(Time now) {
+  retries_ = 0;
+  retry_at_ = requests_outstanding() ? now + retry_interval() : kNever;
+}
+
+bool QueuePair::on_retry_timer(Time now, ChunkRef& ref) {
+  if (retry_at_ > now) return false;
+  if (!requests_outstanding()) {
+    // Only RNR waits or nothing sent yet: the timer starts again with the
+    // next request packet.
+    retry_at_ = kNever;
+    return false;
+  }
+  if (++retries_ > config_.retry_cnt) {
+    retry_at_ = kNever;
+    fail_with(WcStatus::RetryExceeded);
+    return false;
+  }
+  retry_at_ = now + retry_interval();
+  return recover_stalled(ref);
+}
+
 Time QueuePair::next_rnr_resend() const {
   Time earliest = kNever;
   if (rnr_waiting_ == 0) return earliest;
@@ -237,6 +291,8 @@ void QueuePair::on_timer(Time now) {
     m.rnr_wait = false;
     m.rnr_resend_at = kNever;
     restart(m, i);
+    // The resend is a new request: the transport timer starts afresh.
+    retries_ = 0;
   }
   rnr_waiting_ = still_waiting;
 }

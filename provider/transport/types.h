@@ -73,7 +73,7 @@ enum class WrOpcode : uint8_t {
   FetchAdd = 6,
 };
 
-inline constexpr uint32_t kMaxSge = 4;
+inline constexpr uint32_t kMaxSge = 8;
 
 struct Sge {
   uint64_t addr = 0;
@@ -110,6 +110,22 @@ struct Completion {
   uint32_t src_qp = 0;
   uint32_t imm = 0;  // host order; valid when has_imm
   bool has_imm = false;
+  bool has_grh = false;  // UD receive: the buffer starts with a 40-byte GRH
+};
+
+// An address as a verbs GID: IPv6, or IPv4 as ::ffff:a.b.c.d.
+using Gid = std::array<uint8_t, 16>;
+
+// What the engine reports asynchronously (verbs: ibv_get_async_event).
+enum class AsyncEventKind : uint8_t {
+  QpFatal,           // a QP entered the error state by itself (its failed request completed in error)
+  QpLastWqeReached,  // an SRQ-attached QP in error will take no more receives
+  SrqLimitReached,   // an armed SRQ fell below its limit (now disarmed)
+};
+
+struct AsyncEvent {
+  AsyncEventKind kind = AsyncEventKind::QpFatal;
+  uint32_t object = 0;  // QP number, or SRQ id
 };
 
 // Result of a post or management call; mirrors the errno a verbs call returns.

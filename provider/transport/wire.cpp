@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 //
-// Encoder and decoder of the MetaRoCE v0.1 wire format (include/metaroce/wire.h,
+// Encoder and decoder of the MetaRoCE v0.2 wire format (include/metaroce/wire.h,
 // docs/spec.md). Every read and write goes through memcpy into or out of the
 // packed *Wire structs; the datagram pointer is never cast to a struct.
 #include "metaroce/wire.h"
@@ -41,9 +41,9 @@ void store_common(std::span<uint8_t> out, PacketType type, Origin origin) {
   CommonHeaderWire w{};
   w.version = kVersion;
   w.type = static_cast<uint8_t>(type);
-  w.path_id = to_be(origin.path_id);
+  w.path_id = static_cast<uint8_t>(origin.path_id);
   w.home_port = to_be(origin.home_port);
-  w.reserved = 0;
+  w.heard_paths = to_be(origin.heard_paths);
   store(out, 0, w);
 }
 
@@ -76,7 +76,7 @@ DecodeStatus decode_data(std::span<const uint8_t> in, Packet& out) {
   h.path_seq = from_be32(w.path_seq);
   h.opcode = static_cast<Opcode>(w.opcode);
   h.flags = w.flags;
-  h.attempt = w.attempt;
+  h.attempt = from_be16(w.attempt);
   h.dst_qpn = from_be32(w.dst_qpn);
   h.src_qpn = from_be32(w.src_qpn);
   h.msn = from_be32(w.msn);
@@ -184,13 +184,13 @@ DecodeStatus decode_nak(std::span<const uint8_t> in, Packet& out) {
   if (in.size() > kSize) return DecodeStatus::TrailingBytes;
   const auto w = load<NakWire>(in, kCommonHeaderBytes);
   if (w.kind < static_cast<uint8_t>(NakKind::ReceiverNotReady) ||
-      w.kind > static_cast<uint8_t>(NakKind::Sequence)) {
+      w.kind > static_cast<uint8_t>(NakKind::RemoteOperational)) {
     return DecodeStatus::BadNakKind;
   }
   Nak& n = out.nak;
   n.kind = static_cast<NakKind>(w.kind);
-  n.attempt = w.attempt;
-  n.data_path_id = from_be16(w.data_path_id);
+  n.attempt = from_be16(w.attempt);
+  n.data_path_id = w.data_path_id;
   if (n.data_path_id >= kMaxPaths) return DecodeStatus::BadPath;
   n.qpn = from_be32(w.qpn);
   n.msn = from_be32(w.msn);
@@ -206,6 +206,20 @@ DecodeStatus decode_probe(std::span<const uint8_t> in, Packet& out) {
   const auto w = load<ProbeWire>(in, kCommonHeaderBytes);
   out.probe.probe_seq = from_be32(w.probe_seq);
   out.probe.timestamp = from_be64(w.timestamp);
+  return DecodeStatus::Ok;
+}
+
+DecodeStatus decode_ud(std::span<const uint8_t> in, Packet& out) {
+  if (in.size() < kUdHeaderBytes) return DecodeStatus::Truncated;
+  const auto w = load<UdHeaderWire>(in, kCommonHeaderBytes);
+  if (w.flags & ~kUdFlagsMask) return DecodeStatus::BadFlags;
+  UdHeader& u = out.ud;
+  u.dst_qpn = from_be32(w.dst_qpn);
+  u.src_qpn = from_be32(w.src_qpn);
+  u.qkey = from_be32(w.qkey);
+  u.has_imm = (w.flags & kUdFlagImmediate) != 0;
+  u.imm = u.has_imm ? from_be32(w.imm) : 0;
+  out.payload = in.subspan(kUdHeaderBytes);
   return DecodeStatus::Ok;
 }
 
@@ -236,8 +250,18 @@ const char* to_string(DecodeStatus status) {
     case DecodeStatus::BadPath: return "BadPath";
     case DecodeStatus::BadNakKind: return "BadNakKind";
     case DecodeStatus::TrailingBytes: return "TrailingBytes";
+    case DecodeStatus::BadSecurity: return "BadSecurity";
   }
   return "Unknown";
+}
+
+const char* to_string(Security security) {
+  switch (security) {
+    case Security::Integrity: return "integrity";
+    case Security::Authenticate: return "authenticate";
+    case Security::Encrypt: return "encrypt";
+  }
+  return "unknown";
 }
 
 const char* to_string(Opcode opcode) {
@@ -262,18 +286,46 @@ std::optional<uint16_t> peek_home_port(std::span<const uint8_t> datagram) {
   return from_be16(c.home_port);
 }
 
-DecodeStatus decode(std::span<const uint8_t> datagram, Packet& out) {
+std::optional<PacketType> peek_type(std::span<const uint8_t> datagram) {
+  if (datagram.size() < sizeof(CommonHeaderWire)) return std::nullopt;
+  const auto c = load<CommonHeaderWire>(datagram, 0);
+  if (c.version != kVersion) return std::nullopt;
+  return static_cast<PacketType>(c.type);
+}
+
+DecodeStatus decode_common(std::span<const uint8_t> datagram, CommonHeader& out) {
   if (datagram.size() < kCommonHeaderBytes) return DecodeStatus::Truncated;
   const auto c = load<CommonHeaderWire>(datagram, 0);
   if (c.version != kVersion) return DecodeStatus::BadVersion;
   if (c.type < static_cast<uint8_t>(PacketType::Data) ||
-      c.type > static_cast<uint8_t>(PacketType::ProbeReply)) {
+      c.type > static_cast<uint8_t>(PacketType::UdSend)) {
     return DecodeStatus::BadType;
   }
-  out.common.type = static_cast<PacketType>(c.type);
-  out.common.path_id = from_be16(c.path_id);
-  out.common.home_port = from_be16(c.home_port);
-  if (out.common.path_id >= kMaxPaths) return DecodeStatus::BadPath;
+  if (c.security >= kSecurityCount) return DecodeStatus::BadSecurity;
+  if (c.path_id >= kMaxPaths) return DecodeStatus::BadPath;
+  out.type = static_cast<PacketType>(c.type);
+  out.security = static_cast<Security>(c.security);
+  out.path_id = c.path_id;
+  out.home_port = from_be16(c.home_port);
+  out.heard_paths = from_be16(c.heard_paths);
+  out.src_epoch = from_be32(c.src_epoch);
+  out.dst_epoch = from_be32(c.dst_epoch);
+  out.packet_number = from_be32(c.packet_number);
+  return DecodeStatus::Ok;
+}
+
+void stamp_common(std::span<uint8_t> datagram, Security security, uint32_t src_epoch, uint32_t dst_epoch,
+                  uint32_t packet_number) {
+  auto c = load<CommonHeaderWire>(datagram, 0);
+  c.security = static_cast<uint8_t>(security);
+  c.src_epoch = to_be(src_epoch);
+  c.dst_epoch = to_be(dst_epoch);
+  c.packet_number = to_be(packet_number);
+  store(datagram, 0, c);
+}
+
+DecodeStatus decode(std::span<const uint8_t> datagram, Packet& out) {
+  if (const DecodeStatus s = decode_common(datagram, out.common); s != DecodeStatus::Ok) return s;
 
   switch (out.common.type) {
     case PacketType::Data: return decode_data(datagram, out);
@@ -281,8 +333,22 @@ DecodeStatus decode(std::span<const uint8_t> datagram, Packet& out) {
     case PacketType::Nak: return decode_nak(datagram, out);
     case PacketType::Probe:
     case PacketType::ProbeReply: return decode_probe(datagram, out);
+    case PacketType::UdSend: return decode_ud(datagram, out);
   }
   return DecodeStatus::BadType;
+}
+
+size_t encode_ud(std::span<uint8_t> out, Origin origin, const UdHeader& header, size_t payload_bytes) {
+  if (out.size() < kUdHeaderBytes || payload_bytes > out.size() - kUdHeaderBytes) return 0;
+  store_common(out, PacketType::UdSend, origin);
+  UdHeaderWire w{};
+  w.dst_qpn = to_be(header.dst_qpn);
+  w.src_qpn = to_be(header.src_qpn);
+  w.qkey = to_be(header.qkey);
+  w.imm = header.has_imm ? to_be(header.imm) : 0;
+  w.flags = header.has_imm ? kUdFlagImmediate : 0;
+  store(out, kCommonHeaderBytes, w);
+  return kUdHeaderBytes;
 }
 
 size_t data_header_bytes(Opcode opcode) { return kDataHeaderBytes + extension_bytes(opcode); }
@@ -301,8 +367,7 @@ size_t encode_data(std::span<uint8_t> out, Origin origin, const DataHeader& head
   w.path_seq = to_be(header.path_seq);
   w.opcode = static_cast<uint8_t>(op);
   w.flags = header.flags;
-  w.attempt = header.attempt;
-  w.reserved = 0;
+  w.attempt = to_be(header.attempt);
   w.dst_qpn = to_be(header.dst_qpn);
   w.src_qpn = to_be(header.src_qpn);
   w.msn = to_be(header.msn);
@@ -395,8 +460,8 @@ size_t encode_nak(std::span<uint8_t> out, Origin origin, const Nak& nak) {
   store_common(out, PacketType::Nak, origin);
   NakWire w{};
   w.kind = static_cast<uint8_t>(nak.kind);
-  w.attempt = nak.attempt;
-  w.data_path_id = to_be(nak.data_path_id);
+  w.attempt = to_be(nak.attempt);
+  w.data_path_id = static_cast<uint8_t>(nak.data_path_id);
   w.qpn = to_be(nak.qpn);
   w.msn = to_be(nak.msn);
   w.expected_seq = to_be(nak.expected_seq);

@@ -18,32 +18,44 @@
 
 #include "metaroce/abi.h"
 #include "daemon_client.h"
+#include "exit_flush.h"
 #include "provider.h"
 
 namespace metaroce::verbs {
 namespace {
+
+static_assert(METAROCE_DATA_OVERHEAD_BYTES == wire::kDataOverheadBytes,
+              "abi.h's data packet overhead must be wire.h's: the kernel reports the same active MTU");
 
 const verbs_context_ops kContextOps = [] {
   verbs_context_ops ops{};
   ops.alloc_pd = alloc_pd;
   ops.async_event = async_event;
   ops.cq_event = cq_event;
+  ops.create_ah = create_ah;
   ops.create_cq = create_cq;
+  ops.create_cq_ex = create_cq_ex;
   ops.create_qp = create_qp;
   ops.create_qp_ex = create_qp_ex;
+  ops.create_srq = create_srq;
   ops.dealloc_pd = dealloc_pd;
   ops.dereg_mr = dereg_mr;
+  ops.destroy_ah = destroy_ah;
   ops.destroy_cq = destroy_cq;
   ops.destroy_qp = destroy_qp;
+  ops.destroy_srq = destroy_srq;
   ops.free_context = free_context;
   ops.modify_qp = modify_qp;
+  ops.modify_srq = modify_srq;
   ops.poll_cq = poll_cq;
   ops.post_recv = post_recv;
   ops.post_send = post_send;
+  ops.post_srq_recv = post_srq_recv;
   ops.query_device_ex = query_device_ex;
   ops.query_port = query_port;
   ops.query_qp = query_qp;
   ops.query_qp_data_in_order = query_qp_data_in_order;
+  ops.query_srq = query_srq;
   ops.reg_mr = reg_mr;
   ops.req_notify_cq = req_notify_cq;
   ops.resize_cq = resize_cq;
@@ -53,7 +65,7 @@ const verbs_context_ops kContextOps = [] {
 struct Options {
   uint16_t paths = 4;
   bool paths_explicit = false;  // set by METAROCE_PATHS or the dv options, else metaroced's choice
-  uint32_t mtu = 4096;
+  uint32_t mtu = 0;  // payload bytes per packet; 0 = what fits the netdev's MTU
   transport::Profile profile = transport::Profile::MetaRoCE;
   double test_loss = 0;
   uint64_t test_seed = 0;  // 0: derived from the home port
@@ -226,6 +238,20 @@ uint64_t netdev_speed_bps(uint32_t ifindex) {
   return ok && mbps > 0 ? uint64_t(mbps) * 1'000'000 : 0;
 }
 
+// The netdev's MTU; a standard Ethernet frame's when the address belongs to
+// no interface we can see.
+uint32_t netdev_mtu(uint32_t ifindex) {
+  constexpr uint32_t kEthernetMtu = 1500;
+  char name[IF_NAMESIZE] = {};
+  if (ifindex == 0 || !if_indextoname(ifindex, name)) return kEthernetMtu;
+  std::FILE* f = std::fopen((std::string("/sys/class/net/") + name + "/mtu").c_str(), "re");
+  if (!f) return kEthernetMtu;
+  unsigned long mtu = 0;
+  const bool ok = std::fscanf(f, "%lu", &mtu) == 1;
+  std::fclose(f);
+  return ok && mtu > 0 ? static_cast<uint32_t>(mtu) : kEthernetMtu;
+}
+
 // One line per process, not per context: a program opening many contexts
 // without a daemon is told once.
 void warn_once(const std::string& message) {
@@ -240,7 +266,7 @@ std::unique_ptr<io::Runtime> start_with_daemon(const Device& device, const Optio
   std::string why;
   daemon = DaemonClient::connect(why);
   if (!daemon) {
-    warn_once("no metaroced (" + why + "); choosing ports locally");
+    warn_once("no metaroced (" + why + "); choosing ports locally, integrity mode (datagrams are not authenticated)");
     return nullptr;
   }
   const transport::CongestionConfig baseline = ro.endpoint.cc;
@@ -259,6 +285,7 @@ std::unique_ptr<io::Runtime> start_with_daemon(const Device& device, const Optio
     ro.endpoint.qpn_base = qpn_base_for_port(ro.home_port);
     ro.test_seed = o.test_seed ? o.test_seed : 0x9e3779b97f4a7c15ull ^ ro.home_port;
     ro.path_source_ports = lease->source_ports;
+    ro.endpoint.security = lease->security;
     if (!o.paths_explicit) ro.endpoint.paths = static_cast<uint16_t>(lease->source_ports.size());
     ctl::apply_policy(lease->policy, ro.endpoint.cc);
     if (lease->policy.rate_hint_utilization) ro.endpoint.rate_hint_utilization = *lease->policy.rate_hint_utilization;
@@ -269,7 +296,7 @@ std::unique_ptr<io::Runtime> start_with_daemon(const Device& device, const Optio
     }
     if (why.find("in use") == std::string::npos) break;
   }
-  warn_once("metaroced lease failed (" + why + "); choosing ports locally");
+  warn_once("metaroced lease failed (" + why + "); choosing ports locally, integrity mode (datagrams are not authenticated)");
   daemon.reset();
   return nullptr;
 }
@@ -337,47 +364,55 @@ int errno_of(transport::PostResult result) {
   return EINVAL;
 }
 
-ibv_mtu mtu_enum(uint32_t bytes) {
-  if (bytes >= 4096) return IBV_MTU_4096;
-  if (bytes >= 2048) return IBV_MTU_2048;
-  if (bytes >= 1024) return IBV_MTU_1024;
-  if (bytes >= 512) return IBV_MTU_512;
-  return IBV_MTU_256;
-}
-
 void Context::on_completion(uint32_t cq) {
   auto it = cqs.find(cq);
   if (it == cqs.end()) return;
   Cq* c = it->second;
-  // seq_cst with req_notify_cq's store and poll_cq's load: either this sees
-  // the arm or the application's poll after arming sees this completion
+  // seq_cst with req_notify_cq's store and the polls' loads: either this
+  // sees the arm or the application's poll after arming sees this completion
   // (release/acquire alone lets both miss each other, and the application
   // then waits for an event that never comes).
   c->pushed.fetch_add(1, std::memory_order_seq_cst);
-  if ((c->event_fd >= 0 || c->kernel_events) && c->armed.exchange(false, std::memory_order_seq_cst)) {
-    if (c->kernel_events) {
-      // metaroce.ko posts the event to the kernel channel (see cq.cpp).
+  if ((c->event_fd >= 0 || c->kernel_channel) && c->armed.exchange(false, std::memory_order_seq_cst)) {
+    if (c->kernel_channel) {
+      // The kernel writes the event to its channel (see cq.cpp).
       (void)ibv_cmd_req_notify_cq(&c->ibv, 0);
-      return;
+    } else {
+      // ibv_get_cq_event() reads the CQ handle (struct ib_uverbs_comp_event_desc).
+      const uint64_t handle = reinterpret_cast<uintptr_t>(&c->ibv);
+      (void)!::write(c->event_fd, &handle, sizeof handle);
     }
-    // ibv_get_cq_event() reads the CQ handle (struct ib_uverbs_comp_event_desc).
-    const uint64_t handle = reinterpret_cast<uintptr_t>(&c->ibv);
-    (void)!::write(c->event_fd, &handle, sizeof handle);
   }
 }
 
-void Context::route_peer(transport::PeerId peer, const sockaddr_storage& address) {
-  if (!daemon || peer == 0) return;
+bool Context::route_peer(transport::PeerId peer, const sockaddr_storage& address) {
+  if (!daemon || peer == 0) return true;
   std::lock_guard<std::mutex> lock(routing_mutex);  // a second QP to the peer waits for the first's ports
-  if (!routed_peers.insert(peer).second) return;
+  const wire::Security security = engine([](transport::Endpoint& e) { return e.config().security; });
+  if (security != wire::Security::Integrity && !keyed_peers.count(peer)) {
+    std::string error;
+    const std::optional<PeerKey> key = daemon->peer_key(home_port, address, error);
+    if (!key) {
+      std::fprintf(stderr, "metaroce: %s: no key for a peer in %s mode (%s)\n", device->name.c_str(),
+                   wire::to_string(security), error.c_str());
+      return false;
+    }
+    engine([&](transport::Endpoint& e) {
+      e.set_peer_key(peer, key->key, key->role);
+      return 0;
+    });
+    keyed_peers.insert(peer);
+  }
+  if (!routed_peers.insert(peer).second) return true;
   std::string error;
   const std::optional<PeerPorts> ports = daemon->peer_ports(home_port, address, paths, error);
   if (!ports) {
     warn_once("metaroced gave no source ports for a peer (" + error + "); using the default ports");
-    return;
+    return true;
   }
   if (!ports->source_ports.empty() && !runtime->route_peer(peer, ports->source_ports, error))
     warn_once("cannot use the source ports metaroced discovered for a peer (" + error + "); using the default ports");
+  return true;
 }
 
 verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data) {
@@ -437,7 +472,10 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
   auto impl = std::make_unique<Context>();
   impl->device = dev;
   impl->vctx = &alloc->vctx;
+  if (o.mtu == 0)
+    o.mtu = metaroce_payload_for_link_mtu(netdev_mtu(dev->ifindex), dev->address.ss_family == AF_INET6);
   impl->mtu = std::clamp<uint32_t>(o.mtu, 256, 65000);
+  impl->active_mtu = static_cast<ibv_mtu>(metaroce_ib_mtu_not_above(impl->mtu));
   impl->profile = o.profile;
   impl->paths = o.profile == transport::Profile::RoCEv2 ? 1 : o.paths;
   impl->poll_yield_every = o.poll_yield_every;
@@ -458,24 +496,26 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
   // metaroced may have chosen the number of paths.
   if (o.profile != transport::Profile::RoCEv2)
     impl->paths = impl->runtime->with_engine([](transport::Endpoint& e, transport::Time) { return e.config().paths; });
-  if (dev->kernel) {
-    // The kernel's async event file stays the context's async_fd.
-    ::close(fds[0]);
-    ::close(fds[1]);
-  } else {
-    // async_fd: a pipe that ibv_get_async_event() can read (and poll/epoll
-    // can watch); the provider writes struct ib_uverbs_async_event_desc
-    // records.
-    ::fcntl(fds[1], F_SETFL, O_NONBLOCK);
-    alloc->vctx.context.async_fd = fds[0];
-    impl->async_write_fd = fds[1];
-  }
+  // async_fd: a pipe that ibv_get_async_event() can read (and poll/epoll
+  // can watch); the provider writes struct ib_uverbs_async_event_desc
+  // records, and for a kernel device a thread copies the kernel's events
+  // from its event file into the pipe (see async_events.cpp).
+  ::fcntl(fds[1], F_SETFL, O_NONBLOCK);
+  const int kernel_async_fd = alloc->vctx.context.async_fd;
+  alloc->vctx.context.async_fd = fds[0];
+  impl->async_write_fd = fds[1];
+  if (dev->kernel && kernel_async_fd >= 0)
+    impl->kernel_events = std::make_unique<AsyncEventForwarder>(kernel_async_fd, fds[1]);
   alloc->vctx.context.num_comp_vectors = 1;
 
   Context* raw = impl.release();
   alloc->impl = raw;
   verbs_set_ops(&alloc->vctx, &kContextOps);
   raw->runtime->set_completion_listener([raw](uint32_t cq) { raw->on_completion(cq); });
+  watch_at_exit(raw->runtime.get());
+  raw->engine([raw](transport::Endpoint& e) {
+    e.set_async_observer([raw](const transport::AsyncEvent& event) { raw->on_async_event(event); });
+  });
   return &alloc->vctx;
 }
 
@@ -490,7 +530,12 @@ void dump_stats(Context& ctx) {
     std::fprintf(stderr,
                  "{\"metaroce_stats\":{\"io_uring\":%s,\"gso\":%s,\"gro\":%s,\"datagrams_sent\":%llu,\"send_syscalls\":%llu,"
                  "\"gso_sends\":%llu,\"datagrams_received\":%llu,\"receive_syscalls\":%llu,\"gro_receives\":%llu,"
-                 "\"progress_wakeups\":%llu,\"unknown_sender_drops\":%llu,\"truncated_drops\":%llu,\"rx_datagrams\":%llu,\"rx_drop_malformed\":%llu,\"rx_drop_unknown_peer\":%llu,"
+                 "\"progress_wakeups\":%llu,\"unknown_sender_drops\":%llu,\"truncated_drops\":%llu,\"oversize_drops\":%llu,\"rx_datagrams\":%llu,\"rx_drop_malformed\":%llu,\"rx_drop_unknown_peer\":%llu,"
+                 "\"security\":\"%s\",\"rx_drop_integrity\":%llu,\"rx_drop_security_mode\":%llu,\"rx_drop_no_key\":%llu,"
+                 "\"rx_drop_stale_epoch\":%llu,\"rx_drop_replay\":%llu,\"rx_drop_unknown_qp\":%llu,\"rx_drop_qp_state\":%llu,"
+                 "\"rx_drop_out_of_window\":%llu,\"rx_drop_bad_request\":%llu,\"rx_drop_access\":%llu,\"rx_drop_rnr\":%llu,"
+                 "\"rx_drop_stale_response\":%llu,\"rx_duplicate_completed\":%llu,\"rx_duplicate_chunk\":%llu,"
+                 "\"peer_restarts\":%llu,"
                  "\"tx_data_packets\":%llu,\"tx_retransmits\":%llu,\"spurious_retransmits\":%llu,"
                  "\"rto_expirations\":%llu,\"path_failures\":%llu,\"path_recoveries\":%llu,\"tx_acks\":%llu,"
                  "\"rx_acks\":%llu,\"tx_probes\":%llu,\"paths\":[",
@@ -499,8 +544,17 @@ void dump_stats(Context& ctx) {
                  (unsigned long long)io.gso_sends, (unsigned long long)io.datagrams_received,
                  (unsigned long long)io.receive_syscalls, (unsigned long long)io.gro_receives,
                  (unsigned long long)io.progress_wakeups, (unsigned long long)io.unknown_sender_drops, (unsigned long long)io.truncated_drops,
+                 (unsigned long long)io.oversize_drops,
                  (unsigned long long)c.rx_datagrams, (unsigned long long)c.rx_drop_malformed,
-                 (unsigned long long)c.rx_drop_unknown_peer, (unsigned long long)c.tx_data_packets,
+                 (unsigned long long)c.rx_drop_unknown_peer, wire::to_string(e.config().security),
+                 (unsigned long long)c.rx_drop_integrity, (unsigned long long)c.rx_drop_security_mode,
+                 (unsigned long long)c.rx_drop_no_key, (unsigned long long)c.rx_drop_stale_epoch,
+                 (unsigned long long)c.rx_drop_replay, (unsigned long long)c.rx_drop_unknown_qp,
+                 (unsigned long long)c.rx_drop_qp_state, (unsigned long long)c.rx_drop_out_of_window,
+                 (unsigned long long)c.rx_drop_bad_request, (unsigned long long)c.rx_drop_access,
+                 (unsigned long long)c.rx_drop_rnr, (unsigned long long)c.rx_drop_stale_response,
+                 (unsigned long long)c.rx_duplicate_completed, (unsigned long long)c.rx_duplicate_chunk,
+                 (unsigned long long)c.peer_restarts, (unsigned long long)c.tx_data_packets,
                  (unsigned long long)c.tx_retransmits, (unsigned long long)c.spurious_retransmits,
                  (unsigned long long)c.rto_expirations, (unsigned long long)c.path_failures,
                  (unsigned long long)c.path_recoveries, (unsigned long long)c.tx_acks,
@@ -529,15 +583,16 @@ void free_context(ibv_context* context) {
                                                 offsetof(verbs_context, context));
   Context* impl = alloc->impl;
   dump_stats(*impl);
+  unwatch_at_exit(impl->runtime.get());
   impl->daemon.reset();   // its thread uses the runtime
   impl->runtime.reset();  // stops the progress thread first
+  impl->kernel_events.reset();  // writes to async_write_fd
   if (impl->async_write_fd >= 0) ::close(impl->async_write_fd);
+  free_event_objects(*impl);
   delete impl;
   verbs_uninit_context(&alloc->vctx);  // closes async_fd, drops the device reference
   std::free(alloc);
 }
-
-void async_event(ibv_context*, ibv_async_event*) {}
 
 int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input,
                     ibv_device_attr_ex* attr, size_t attr_size) {
@@ -556,7 +611,10 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
   d.hw_ver = 0;
   d.max_qp = static_cast<int>(kMaxQpsPerContext);
   d.max_qp_wr = static_cast<int>(kMaxQpWr);
-  d.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID;
+  // SRQs can be resized; a kernel device reports port state changes
+  // (metaroce.ko follows the netdev's carrier).
+  d.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_SRQ_RESIZE;
+  if (ctx->device->kernel) d.device_cap_flags |= IBV_DEVICE_PORT_ACTIVE_EVENT;
   d.max_sge = kMaxSge;
   d.max_sge_rd = kMaxSge;
   d.max_cq = static_cast<int>(kMaxCq);
@@ -567,6 +625,10 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
   d.max_res_rd_atom = static_cast<int>(kMaxRdAtomic * kMaxQpsPerContext);
   d.max_qp_init_rd_atom = kMaxRdAtomic;
   d.atomic_cap = IBV_ATOMIC_HCA;  // atomic among RDMA atomics (one progress thread)
+  d.max_srq = static_cast<int>(kMaxSrq);
+  d.max_srq_wr = static_cast<int>(kMaxSrqWr);
+  d.max_srq_sge = static_cast<int>(kMaxSge);
+  d.max_ah = static_cast<int>(kMaxAh);
   d.max_pkeys = 1;
   d.local_ca_ack_delay = 15;
   d.phys_port_cnt = 1;
@@ -581,7 +643,7 @@ int query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* port_attr)
   ibv_port_attr p{};
   p.state = IBV_PORT_ACTIVE;
   p.max_mtu = IBV_MTU_4096;
-  p.active_mtu = mtu_enum(ctx->mtu);
+  p.active_mtu = ctx->active_mtu;
   // Kernel devices have the RDMA core's GID table (default GID, then the
   // netdev's addresses); kernel-less ones a single entry.
   p.gid_tbl_len = ctx->device->kernel ? METAROCE_GID_TABLE_LEN : 1;

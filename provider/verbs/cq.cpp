@@ -5,21 +5,30 @@
 // The engine calls the context's completion listener (progress thread or the
 // posting thread, engine lock held) for every completion it adds; the CQ
 // counts them, so that polling an empty CQ costs two atomic loads and no
-// lock, and when armed signals its completion channel: it writes the CQ
-// handle to its pipe, or on a kernel device asks the kernel to post the
-// event to the channel's event file (ibv_cmd_req_notify_cq, which
-// metaroce.ko answers for a user CQ by running its completion handler).
+// lock, and signals its completion channel when armed: a kernel-less
+// channel is a pipe the listener writes the CQ handle to; a kernel device's
+// channel is the kernel's event file, which the kernel signals when the
+// provider rings it with IB_USER_VERBS_CMD_REQ_NOTIFY_CQ (metaroce.ko
+// answers that command for a user CQ by running its completion handler).
+//
+// ibv_create_cq_ex CQs are the same objects with the ibv_start_poll /
+// ibv_wc_read_* functions filled in; both ways of polling share one batch.
 #include <endian.h>
 
 #include <sched.h>
 
-#include <array>
 #include <cerrno>
 
 #include "provider.h"
 
 namespace metaroce::verbs {
 namespace {
+
+constexpr size_t kBatch = 32;
+
+// What ibv_wc_read_*() can report (IBV_WC_STANDARD_FLAGS): no timestamps,
+// VLANs, flow tags or tag matching.
+constexpr uint64_t kSupportedWcFlags = IBV_WC_STANDARD_FLAGS;
 
 void to_wc(const transport::Completion& c, ibv_wc& wc) {
   wc = ibv_wc{};
@@ -34,15 +43,78 @@ void to_wc(const transport::Completion& c, ibv_wc& wc) {
     wc.imm_data = htobe32(c.imm);
     wc.wc_flags = IBV_WC_WITH_IMM;
   }
+  if (c.has_grh) wc.wc_flags |= IBV_WC_GRH;
   wc.pkey_index = 0;
   wc.slid = 0;
   wc.sl = 0;
   wc.dlid_path_bits = 0;
 }
 
-}  // namespace
+// Refills the CQ's batch from the engine (engine lock taken here); false
+// when nothing is waiting.
+bool refill(Cq* cq) {
+  cq->batch.clear();
+  cq->batch_next = 0;
+  if (cq->pushed.load(std::memory_order_seq_cst) == cq->polled.load(std::memory_order_relaxed)) return false;
+  cq->batch.resize(kBatch);
+  const size_t n = cq->ctx->engine([&](transport::Endpoint& e) {
+    const size_t got = e.poll_cq(cq->id, std::span(cq->batch.data(), kBatch));
+    cq->polled.fetch_add(got, std::memory_order_relaxed);
+    return got;
+  });
+  cq->batch.resize(n);
+  return n > 0;
+}
 
-ibv_cq* create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_vector) {
+const transport::Completion& current(ibv_cq_ex* ex) {
+  Cq* cq = cq_of(ex);
+  return cq->batch[cq->batch_next];
+}
+
+void load_current(ibv_cq_ex* ex) {
+  const transport::Completion& c = current(ex);
+  ex->wr_id = c.wr_id;
+  ex->status = static_cast<ibv_wc_status>(c.status);
+}
+
+int start_poll(ibv_cq_ex* ex, ibv_poll_cq_attr* attr) {
+  if (attr && attr->comp_mask) return EINVAL;
+  Cq* cq = cq_of(ex);
+  if (cq->batch_next >= cq->batch.size() && !refill(cq)) return ENOENT;
+  load_current(ex);
+  return 0;
+}
+
+int next_poll(ibv_cq_ex* ex) {
+  Cq* cq = cq_of(ex);
+  ++cq->batch_next;
+  if (cq->batch_next >= cq->batch.size() && !refill(cq)) return ENOENT;
+  load_current(ex);
+  return 0;
+}
+
+// The current completion is consumed by next_poll, not here: end_poll
+// after a successful start_poll or next_poll leaves it handed out.
+void end_poll(ibv_cq_ex* ex) {
+  Cq* cq = cq_of(ex);
+  if (cq->batch_next < cq->batch.size()) ++cq->batch_next;
+}
+
+ibv_wc_opcode read_opcode(ibv_cq_ex* ex) { return static_cast<ibv_wc_opcode>(current(ex).opcode); }
+uint32_t read_vendor_err(ibv_cq_ex*) { return 0; }
+uint32_t read_byte_len(ibv_cq_ex* ex) { return current(ex).byte_len; }
+__be32 read_imm_data(ibv_cq_ex* ex) { return htobe32(current(ex).imm); }
+uint32_t read_qp_num(ibv_cq_ex* ex) { return current(ex).qp_num; }
+uint32_t read_src_qp(ibv_cq_ex* ex) { return current(ex).src_qp; }
+unsigned int read_wc_flags(ibv_cq_ex* ex) {
+  const transport::Completion& c = current(ex);
+  return (c.has_imm ? unsigned{IBV_WC_WITH_IMM} : 0u) | (c.has_grh ? unsigned{IBV_WC_GRH} : 0u);
+}
+uint32_t read_slid(ibv_cq_ex*) { return 0; }
+uint8_t read_sl(ibv_cq_ex*) { return 0; }
+uint8_t read_dlid_path_bits(ibv_cq_ex*) { return 0; }
+
+Cq* create(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_vector) {
   if (cqe < 1 || static_cast<uint32_t>(cqe) > kMaxCqe || comp_vector < 0 ||
       comp_vector >= context->num_comp_vectors) {
     errno = EINVAL;
@@ -50,12 +122,9 @@ ibv_cq* create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int 
   }
   Context* ctx = context_of(context);
   CompChannel* ch = nullptr;
-  if (channel) {
-    // Our pipe (a channel of libmetaroce-preload.so), or on a kernel
-    // device the kernel's event file, which the kernel signals when
-    // on_completion asks it to.
+  if (channel && !ctx->device->kernel) {
     ch = channel_of(channel);
-    if ((ch && channel->context != context) || (!ch && !ctx->device->kernel)) {
+    if (!ch || channel->context != context) {
       errno = EINVAL;
       return nullptr;
     }
@@ -68,7 +137,7 @@ ibv_cq* create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int 
   cq->ctx = ctx;
   cq->cqe = cqe;
   cq->event_fd = ch ? ch->write_fd : -1;
-  cq->kernel_events = channel && !ch;
+  cq->kernel_channel = channel && ctx->device->kernel;
   cq->ibv.context = context;
   cq->ibv.cqe = cqe;
   ctx->engine([&](transport::Endpoint& e) {
@@ -77,10 +146,9 @@ ibv_cq* create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int 
   });
   cq->ibv.handle = cq->id;
   if (ctx->device->kernel) {
-    struct ibv_create_cq cmd{};
-    ib_uverbs_create_cq_resp resp{};
-    const int err = ibv_cmd_create_cq(context, cqe, cq->kernel_events ? channel : nullptr, comp_vector,
-                                      &cq->ibv, &cmd, sizeof cmd, &resp, sizeof resp);
+    // A kernel device's channel is the kernel's event file: the kernel CQ
+    // is bound to it.
+    const int err = kernel_create_cq(context, cqe, channel, comp_vector, cq->ibv);
     if (err) {
       ctx->engine([&](transport::Endpoint& e) {
         e.destroy_cq(cq->id);
@@ -92,7 +160,45 @@ ibv_cq* create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int 
     }
     cq->ibv.cqe = cqe;
   }
-  return &cq->ibv;  // libibverbs' ibv_create_cq then runs verbs_init_cq()
+  return cq;
+}
+
+}  // namespace
+
+ibv_cq* create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_vector) {
+  Cq* cq = create(context, cqe, channel, comp_vector);
+  return cq ? &cq->ibv : nullptr;  // libibverbs' ibv_create_cq then runs verbs_init_cq()
+}
+
+ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
+  constexpr uint32_t kKnownMask = IBV_CQ_INIT_ATTR_MASK_FLAGS;
+  constexpr uint32_t kKnownFlags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
+  if ((attr->comp_mask & ~kKnownMask) || (attr->wc_flags & ~kSupportedWcFlags) ||
+      ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (attr->flags & ~kKnownFlags))) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  if (attr->cqe > static_cast<uint32_t>(INT32_MAX)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  Cq* cq = create(context, static_cast<int>(attr->cqe), attr->channel, static_cast<int>(attr->comp_vector));
+  if (!cq) return nullptr;
+  ibv_cq_ex& ex = cq->ex;
+  ex.start_poll = start_poll;
+  ex.next_poll = next_poll;
+  ex.end_poll = end_poll;
+  ex.read_opcode = read_opcode;
+  ex.read_vendor_err = read_vendor_err;
+  ex.read_byte_len = read_byte_len;
+  ex.read_imm_data = read_imm_data;
+  ex.read_qp_num = read_qp_num;
+  ex.read_src_qp = read_src_qp;
+  ex.read_wc_flags = read_wc_flags;
+  ex.read_slid = read_slid;
+  ex.read_sl = read_sl;
+  ex.read_dlid_path_bits = read_dlid_path_bits;
+  return &ex;  // libibverbs then runs verbs_init_cq()
 }
 
 int destroy_cq(ibv_cq* ibcq) {
@@ -105,7 +211,8 @@ int destroy_cq(ibv_cq* ibcq) {
   });
   if (r == transport::PostResult::BadState) return EBUSY;  // a QP still uses it
   if (r != transport::PostResult::Ok) return EINVAL;
-  // The kernel's CQ goes too (EIO from a removed device counts as done).
+  // The kernel's CQ goes too (EIO from a removed device counts as done);
+  // libibverbs waits there for the completion events to be acknowledged.
   if (ctx->device->kernel) (void)ibv_cmd_destroy_cq(ibcq);
   delete cq;
   return 0;
@@ -114,26 +221,31 @@ int destroy_cq(ibv_cq* ibcq) {
 int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   Cq* cq = cq_of(ibcq);
   if (num_entries <= 0) return 0;
+  int total = 0;
+  // Completions an ibv_start_poll() batch took first.
+  while (total < num_entries && cq->batch_next < cq->batch.size()) to_wc(cq->batch[cq->batch_next++], wc[total++]);
+  if (total == num_entries) return total;
   if (cq->pushed.load(std::memory_order_seq_cst) == cq->polled.load(std::memory_order_relaxed)) {
     // A busy-polling application would otherwise keep the CPU from the
     // progress thread that produces its completions (few cores, several
     // processes): give it way now and then.
     thread_local uint32_t empty = 0;
     const uint32_t every = cq->ctx->poll_yield_every;
-    if (every && ++empty % every == 0) sched_yield();
-    return 0;
+    if (total == 0 && every && ++empty % every == 0) sched_yield();
+    return total;
   }
-  std::array<transport::Completion, 32> batch;
-  int total = 0;
+  std::array<transport::Completion, kBatch> batch;
   cq->ctx->engine([&](transport::Endpoint& e) {
+    int got = 0;
     while (total < num_entries) {
       const size_t want = std::min<size_t>(batch.size(), static_cast<size_t>(num_entries - total));
       const size_t n = e.poll_cq(cq->id, std::span(batch.data(), want));
       for (size_t i = 0; i < n; ++i) to_wc(batch[i], wc[total + static_cast<int>(i)]);
       total += static_cast<int>(n);
+      got += static_cast<int>(n);
       if (n < want) break;
     }
-    cq->polled.fetch_add(static_cast<uint64_t>(total), std::memory_order_relaxed);
+    cq->polled.fetch_add(static_cast<uint64_t>(got), std::memory_order_relaxed);
   });
   return total;
 }

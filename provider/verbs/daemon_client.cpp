@@ -126,6 +126,9 @@ std::optional<DaemonLease> request_lease(int fd, const nlohmann::json& request, 
     l.block_first = m->body["block_first"].get<uint16_t>();
     l.source_ports = m->body["source_ports"].get<std::vector<uint16_t>>();
     l.stats_interval_ms = m->body["stats_interval_ms"].get<uint32_t>();
+    const std::string security = m->body.value("security", std::string(ctl::kSecurityModes[0]));
+    for (uint8_t i = 0; i < wire::kSecurityCount; ++i)
+      if (security == ctl::kSecurityModes[i]) l.security = static_cast<wire::Security>(i);
     if (!ctl::policy_from_json(m->body["policy"], l.policy, error)) return std::nullopt;
     if (l.source_ports.size() < std::max<size_t>(paths, 1)) {
       error = "metaroced leased " + std::to_string(l.source_ports.size()) + " source ports for " +
@@ -178,24 +181,16 @@ std::optional<DaemonLease> DaemonClient::lease(const std::string& address, uint1
   return l;
 }
 
-std::optional<PeerPorts> DaemonClient::peer_ports(uint16_t home_port, const sockaddr_storage& peer, uint16_t paths,
-                                                  std::string& error) {
-  uint16_t dport = 0;
-  const std::string dest = ip_text(peer, dport);
+std::optional<ctl::Message> DaemonClient::call(const nlohmann::json& request, std::string& error) {
   std::lock_guard<std::mutex> call(call_mutex_);
   std::unique_lock<std::mutex> lock(reply_mutex_);
   if (closed_ || !thread_.joinable()) {
     error = "not connected to metaroced";
     return std::nullopt;
   }
-  nlohmann::json req = ctl::make(ctl::Type::PeerPorts);
-  req["home_port"] = home_port;
-  req["dest"] = dest;
-  req["dport"] = dport;
-  req["paths"] = paths;
   reply_.reset();
   awaiting_reply_ = true;
-  if (!send(req)) {
+  if (!send(request)) {
     awaiting_reply_ = false;
     error = std::string("send to metaroced: ") + std::strerror(errno);
     return std::nullopt;
@@ -207,21 +202,59 @@ std::optional<PeerPorts> DaemonClient::peer_ports(uint16_t home_port, const sock
     error = answered ? "metaroced closed the connection" : "no answer from metaroced";
     return std::nullopt;
   }
-  const ctl::Message m = std::move(*reply_);
+  std::optional<ctl::Message> m = std::move(reply_);
   reply_.reset();
-  if (m.type == ctl::Type::Error) {
-    error = "metaroced: " + m.body["message"].get<std::string>() + " (for " + dest + ")";
+  if (m->type == ctl::Type::Error) {
+    error = "metaroced: " + m->body["message"].get<std::string>();
+    return std::nullopt;
+  }
+  return m;
+}
+
+std::optional<PeerPorts> DaemonClient::peer_ports(uint16_t home_port, const sockaddr_storage& peer, uint16_t paths,
+                                                  std::string& error) {
+  uint16_t dport = 0;
+  const std::string dest = ip_text(peer, dport);
+  nlohmann::json req = ctl::make(ctl::Type::PeerPorts);
+  req["home_port"] = home_port;
+  req["dest"] = dest;
+  req["dport"] = dport;
+  req["paths"] = paths;
+  const std::optional<ctl::Message> m = call(req, error);
+  if (!m || m->type != ctl::Type::PeerPortsOk) {
+    if (m) error = std::string("metaroced answered '") + ctl::to_string(m->type) + "' to peer_ports";
+    error += " (for " + dest + ")";
     return std::nullopt;
   }
   PeerPorts p;
-  p.source_ports = m.body["source_ports"].get<std::vector<uint16_t>>();
-  p.spread = m.body["spread"].get<std::string>();
+  p.source_ports = m->body["source_ports"].get<std::vector<uint16_t>>();
+  p.spread = m->body["spread"].get<std::string>();
   if (!p.source_ports.empty() && p.source_ports.size() != paths) {
     error = "metaroced gave " + std::to_string(p.source_ports.size()) + " source ports for " + std::to_string(paths) +
             " paths";
     return std::nullopt;
   }
   return p;
+}
+
+std::optional<PeerKey> DaemonClient::peer_key(uint16_t home_port, const sockaddr_storage& peer, std::string& error) {
+  uint16_t dport = 0;
+  const std::string dest = ip_text(peer, dport);
+  nlohmann::json req = ctl::make(ctl::Type::PeerKey);
+  req["home_port"] = home_port;
+  req["dest"] = dest;
+  req["dport"] = dport;
+  const std::optional<ctl::Message> m = call(req, error);
+  if (!m || m->type != ctl::Type::PeerKeyOk) {
+    if (m) error = std::string("metaroced answered '") + ctl::to_string(m->type) + "' to peer_key";
+    error += " (for " + dest + ")";
+    return std::nullopt;
+  }
+  PeerKey k;
+  const std::string hex = m->body["key"].get<std::string>();
+  for (size_t i = 0; i < k.key.size(); ++i) k.key[i] = static_cast<uint8_t>(std::stoul(hex.substr(2 * i, 2), nullptr, 16));
+  k.role = m->body["role"].get<uint8_t>();
+  return k;
 }
 
 void DaemonClient::attach(io::Runtime* runtime, std::string device, uint32_t stats_interval_ms,
@@ -269,7 +302,8 @@ void DaemonClient::run() {
       if (m && m->type == ctl::Type::Policy) {
         ctl::Policy p;
         if (ctl::policy_from_json(m->body["policy"], p, error)) apply(p);
-      } else if (m && (m->type == ctl::Type::PeerPortsOk || m->type == ctl::Type::Error)) {
+      } else if (m && (m->type == ctl::Type::PeerPortsOk || m->type == ctl::Type::PeerKeyOk ||
+                       m->type == ctl::Type::Error)) {
         std::lock_guard<std::mutex> lock(reply_mutex_);
         if (awaiting_reply_) {
           reply_ = std::move(m);
@@ -346,7 +380,9 @@ void DaemonClient::report() {
                 {"rx_ce_marked", c.rx_ce_marked},       {"rx_acks", c.rx_acks},
                 {"tx_acks", c.tx_acks},                 {"rto_expirations", c.rto_expirations},
                 {"path_failures", c.path_failures},     {"path_recoveries", c.path_recoveries},
-                {"placed_bytes", c.placed_bytes}};
+                {"placed_bytes", c.placed_bytes},       {"rx_drop_malformed", c.rx_drop_malformed},
+                {"rx_drop_integrity", c.rx_drop_integrity}, {"rx_drop_stale_epoch", c.rx_drop_stale_epoch},
+                {"rx_drop_replay", c.rx_drop_replay},   {"peer_restarts", c.peer_restarts}};
     for (transport::PeerId peer : e.peers()) {
       conns.emplace_back(peer, e.path_snapshots(peer));
       if (conns.size() >= 64) break;  // keeps a report well inside kMaxMessageBytes
@@ -356,6 +392,7 @@ void DaemonClient::report() {
   counters["io_datagrams_sent"] = io.datagrams_sent;
   counters["io_datagrams_received"] = io.datagrams_received;
   counters["io_send_errors"] = io.send_errors;
+  counters["io_oversize_drops"] = io.oversize_drops;
   m["counters"] = std::move(counters);
   nlohmann::json connections = nlohmann::json::array();
   for (const auto& [peer, snaps] : conns) {

@@ -32,6 +32,12 @@ struct DaemonLease {
   std::vector<uint16_t> source_ports;
   ctl::Policy policy;
   uint32_t stats_interval_ms = 0;
+  wire::Security security = wire::Security::Integrity;  // the cluster's mode
+};
+
+struct PeerKey {
+  transport::PairKey key{};
+  uint8_t role = 0;
 };
 
 struct PeerPorts {
@@ -59,6 +65,11 @@ class DaemonClient {
   std::optional<PeerPorts> peer_ports(uint16_t home_port, const sockaddr_storage& peer, uint16_t paths,
                                       std::string& error);
 
+  // After attach(), in the authenticate and encrypt modes: the pair key of
+  // this lease's endpoint and `peer` (its IP and home port). Nullopt, with
+  // `error`, when the daemon refuses or is gone.
+  std::optional<PeerKey> peer_key(uint16_t home_port, const sockaddr_storage& peer, std::string& error);
+
   // Starts the thread that applies pushed policies to `runtime` and reports
   // its counters. `runtime` must outlive this client. A policy is applied on
   // top of `baseline` (the context's own settings), so that a key removed
@@ -73,6 +84,9 @@ class DaemonClient {
   // same ports; false when stopping or when the new daemon refuses them.
   bool reconnect();
   void apply(const ctl::Policy& policy);
+  // Sends `request` and waits for the reader thread to hand over the answer
+  // (or an error message); nullopt with `error` when none comes.
+  std::optional<ctl::Message> call(const nlohmann::json& request, std::string& error);
   void report();
   bool send(const nlohmann::json& message);
 
@@ -88,7 +102,7 @@ class DaemonClient {
   std::optional<ctl::Policy> pending_policy_;  // pushed before attach()
   std::thread thread_;
 
-  // peer_ports(): one request at a time; the thread hands over the answer.
+  // call(): one request at a time; the thread hands over the answer.
   std::mutex call_mutex_;
   std::mutex reply_mutex_;
   std::condition_variable reply_ready_;

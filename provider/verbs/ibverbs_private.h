@@ -315,6 +315,8 @@ int ibv_cmd_create_cq(struct ibv_context *context, int cqe, struct ibv_comp_chan
                       int comp_vector, struct ibv_cq *cq, struct ibv_create_cq *cmd, size_t cmd_size,
                       struct ib_uverbs_create_cq_resp *resp, size_t resp_size);
 int ibv_cmd_destroy_cq(struct ibv_cq *cq);
+// IB_USER_VERBS_CMD_REQ_NOTIFY_CQ: metaroce.ko answers it for a user CQ by
+// signalling the CQ's completion channel (the provider's doorbell).
 int ibv_cmd_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 int ibv_cmd_create_qp(struct ibv_pd *pd, struct ibv_qp *qp, struct ibv_qp_init_attr *attr,
                       struct ibv_create_qp *cmd, size_t cmd_size, struct ib_uverbs_create_qp_resp *resp,

@@ -17,12 +17,18 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t hca_va, int acces
     errno = EOPNOTSUPP;
     return nullptr;
   }
+  // On-demand paging is a NIC's page-fault protocol: there is nothing to
+  // fault here, and saying yes would tell a program ODP semantics hold.
+  if (access & IBV_ACCESS_ON_DEMAND) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
   constexpr int kRemote = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
   if ((access & kRemote) && !(access & IBV_ACCESS_LOCAL_WRITE)) {
     errno = EINVAL;  // as verbs requires
     return nullptr;
   }
-  // MW_BIND, ON_DEMAND (nothing is pinned anyway), HUGETLB and the optional
+  // MW_BIND (no memory window can be allocated), HUGETLB and the optional
   // range are accepted and have no effect.
   const uint32_t engine_access = static_cast<uint32_t>(access) &
       (transport::kAccessLocalWrite | transport::kAccessRemoteWrite | transport::kAccessRemoteRead |

@@ -8,8 +8,10 @@
 #include <endian.h>
 
 #include <cerrno>
+#include <vector>
 
 #include "provider.h"
+#include "ud_queue_pair.h"
 
 namespace metaroce::verbs {
 namespace {
@@ -60,11 +62,55 @@ int convert(const Qp& qp, const ibv_send_wr& wr, transport::SendWr& s) {
   return 0;
 }
 
+// A UD send's destination: its address handle and the QP number, whose
+// high bits name the remote context's home port. QP 1 (GSI) is the kernel's
+// and is not reachable from a user QP yet.
+int ud_destination(Qp& qp, const ibv_send_wr& wr, transport::UdSendWr& u) {
+  if (wr.opcode != IBV_WR_SEND && wr.opcode != IBV_WR_SEND_WITH_IMM) return EINVAL;
+  const uint32_t qpn = wr.wr.ud.remote_qpn;
+  if (!wr.wr.ud.ah || wr.wr.ud.ah->context != qp.vqp.qp.context || qpn > 0xffffff || (qpn & 0xfff) == 0)
+    return EINVAL;
+  uint64_t total = 0;
+  for (int i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
+  if (total > ib_mtu_bytes(qp.ctx->active_mtu)) return EINVAL;  // a UD message fits one packet
+  u.remote_qpn = qpn;
+  u.remote_qkey = wr.wr.ud.remote_qkey;
+  u.peer = ud_peer(*qp.ctx, *ah_of(wr.wr.ud.ah), qpn);
+  return u.peer ? 0 : EINVAL;
+}
+
 }  // namespace
 
 int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   Qp* qp = qp_of(ibqp);
   int err = 0;
+  if (qp->type == IBV_QPT_UD) {
+    // Destinations first: peer_for() takes the runtime's peer table lock.
+    std::vector<transport::UdSendWr> sends;
+    ibv_send_wr* first_bad = nullptr;
+    for (ibv_send_wr* w = wr; w; w = w->next) {
+      transport::UdSendWr u;
+      if ((err = convert(*qp, *w, u.wr)) != 0 || (err = ud_destination(*qp, *w, u)) != 0) {
+        first_bad = w;
+        break;
+      }
+      sends.push_back(u);
+    }
+    ibv_send_wr* at = wr;
+    qp->ctx->engine([&](transport::Endpoint& e) {
+      for (const transport::UdSendWr& u : sends) {
+        const transport::PostResult r = e.post_send_ud(qp->qpn, u);
+        if (r != transport::PostResult::Ok) {
+          err = errno_of(r);
+          first_bad = at;
+          return;
+        }
+        at = at->next;
+      }
+    });
+    if (err && bad_wr) *bad_wr = first_bad;
+    return err;
+  }
   transport::SendWr s;
   qp->ctx->engine([&](transport::Endpoint& e) {
     for (; wr; wr = wr->next) {

@@ -14,9 +14,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -33,7 +35,7 @@ inline constexpr uint32_t kHomePortCount = 4096;
 inline constexpr uint32_t kQpIndexBits = 12;
 inline constexpr uint32_t kMaxQpsPerContext = (1u << kQpIndexBits) - 1;  // index 1..4095
 inline constexpr uint32_t kMaxQpWr = 4096;
-inline constexpr uint32_t kMaxSge = 4;
+inline constexpr uint32_t kMaxSge = 8;
 inline constexpr uint32_t kMaxInlineData = 4096;
 inline constexpr uint32_t kMaxCqe = 1u << 20;
 inline constexpr uint32_t kMaxRdAtomic = 16;
@@ -41,6 +43,10 @@ inline constexpr uint32_t kMaxMsgSize = 1u << 31;
 inline constexpr uint32_t kMaxPd = 1u << 16;
 inline constexpr uint32_t kMaxMr = 1u << 20;
 inline constexpr uint32_t kMaxCq = 1u << 16;
+inline constexpr uint32_t kMaxSrq = 1u << 12;
+inline constexpr uint32_t kMaxSrqWr = 1u << 14;
+inline constexpr uint32_t kMaxAh = 1u << 16;
+inline constexpr uint32_t kUdQkeyDefault = 0;
 
 // The QP number a context gives its index-th QP, and the inverse used to find
 // a peer's home port from the QP number it advertised.
@@ -88,6 +94,23 @@ Device* find_or_create_device(const char* name, const char* netdev_or_ip);
 struct Context;
 class DaemonClient;
 
+// A kernel device's own async events (port state, DEVICE_FATAL) copied from
+// the kernel's event file into the context's event pipe, by a thread.
+class AsyncEventForwarder {
+ public:
+  AsyncEventForwarder(int kernel_fd, int out_fd);  // owns kernel_fd
+  ~AsyncEventForwarder();
+  AsyncEventForwarder(const AsyncEventForwarder&) = delete;
+  AsyncEventForwarder& operator=(const AsyncEventForwarder&) = delete;
+
+ private:
+  void run();
+  const int kernel_fd_;
+  const int out_fd_;
+  int stop_[2] = {-1, -1};
+  std::thread thread_;
+};
+
 struct Pd {
   ibv_pd ibv{};
   uint32_t id = 0;
@@ -104,21 +127,56 @@ struct CompChannel {
 };
 
 struct Cq {
-  ibv_cq ibv{};
+  // Must be first. An ibv_cq_ex begins with the fields of an ibv_cq, so the
+  // same object serves ibv_poll_cq and, when made by ibv_create_cq_ex, the
+  // ibv_start_poll / ibv_wc_read_* interface.
+  union {
+    ibv_cq ibv;
+    ibv_cq_ex ex;
+  };
+  Cq() : ex{} {}
   Context* ctx = nullptr;
   uint32_t id = 0;           // engine CQ
   int cqe = 0;
-  int event_fd = -1;         // channel write end, -1 without a channel
-  bool kernel_events = false;  // the channel is the kernel's event file
+  int event_fd = -1;         // kernel-less channel: its write end; -1 without one
+  bool kernel_channel = false;  // kernel device with a channel: the kernel delivers the events
   std::atomic<uint64_t> pushed{0};   // completions pushed by the engine
   std::atomic<uint64_t> polled{0};   // completions handed to the application
   std::atomic<bool> armed{false};    // ibv_req_notify_cq pending
   std::atomic<uint64_t> events{0};   // completion events delivered (cq_event op)
+  // ibv_start_poll: completions taken from the engine, handed out one by one.
+  std::vector<transport::Completion> batch;
+  size_t batch_next = 0;
+};
+
+// Async events of one object (QP or SRQ): written to the event pipe, and
+// read by the application (counted in the async_event op, as the kernel
+// counts the events it hands out).
+struct EventCounts {
+  std::atomic<uint32_t> written{0};
+  std::atomic<uint32_t> read{0};
+};
+
+struct Srq {
+  ibv_srq ibv{};  // must be first
+  Context* ctx = nullptr;
+  uint32_t id = 0;  // engine SRQ
+  uint32_t max_sge = 0;
+  EventCounts events;
+};
+
+struct Ah {
+  ibv_ah ibv{};  // must be first
+  sockaddr_storage address{};  // the destination IP (the port comes from each WR's QP number)
+  ibv_ah_attr attr{};
 };
 
 struct Qp {
   verbs_qp vqp{};  // must be first
   Context* ctx = nullptr;
+  ibv_qp_type type = IBV_QPT_RC;
+  Srq* srq = nullptr;
+  EventCounts events;
   uint32_t qpn = 0;
   uint32_t kernel_handle = 0;  // kernel devices: the uverbs handle
   Cq* send_cq = nullptr;
@@ -133,8 +191,15 @@ struct Qp {
   ibv_qp_attr attr{};        // the attributes last set, for ibv_query_qp
   transport::QpConfig config;
 
-  // Work requests built by the ibv_wr_* API between wr_start and wr_complete.
+  // Work requests built by the ibv_wr_* API between wr_start and wr_complete
+  // (UD: with the destination ibv_wr_set_ud_addr gave each).
   std::vector<transport::SendWr> pending;
+  struct UdAddress {
+    ibv_ah* ah = nullptr;
+    uint32_t remote_qpn = 0;
+    uint32_t remote_qkey = 0;
+  };
+  std::vector<UdAddress> pending_ud;
   std::vector<std::vector<uint8_t>> pending_inline;
   int pending_error = 0;
 };
@@ -147,10 +212,28 @@ struct Context {
   // it is destroyed first.
   std::unique_ptr<DaemonClient> daemon;
   uint16_t home_port = 0;
-  uint32_t mtu = 4096;
+  uint32_t mtu = 0;  // payload bytes per data packet (what fits the netdev's MTU, or METAROCE_MTU)
+  ibv_mtu active_mtu = IBV_MTU_1024;  // the largest IB MTU not above mtu
   transport::Profile profile = transport::Profile::MetaRoCE;
   uint16_t paths = 4;
-  int async_write_fd = -1;   // async_fd is the read end
+  // async_fd is the read end of a pipe the provider writes events to, for
+  // kernel devices too (the kernel's own events are forwarded into it).
+  int async_write_fd = -1;
+  std::unique_ptr<AsyncEventForwarder> kernel_events;
+  // QPs and SRQs by engine number, for the async event observer. Changed and
+  // read with the engine lock held, like `cqs`.
+  std::unordered_map<uint32_t, Qp*> qps;
+  std::unordered_map<uint32_t, Srq*> srqs;
+  // Writes one ib_uverbs_async_event_desc (element: an object pointer or a
+  // port number).
+  void post_async_event(uint64_t element, ibv_event_type type);
+  void on_async_event(const transport::AsyncEvent& event);  // engine lock held
+  // Objects whose events may still be in the pipe, by the element an event
+  // names: registered at creation, kept after destruction (memory and all)
+  // while an event written for them is unread, and freed with the context.
+  std::mutex event_objects_mutex;
+  std::unordered_map<uint64_t, EventCounts*> event_objects;
+  std::vector<std::function<void()>> zombies;  // frees of such destroyed objects
   uint32_t poll_yield_every = 0;  // sched_yield() every this many empty polls (0: never)
   std::atomic<uint32_t> next_pd{1};
   // CQs by engine id, for the completion listener. Changed and read only
@@ -168,9 +251,13 @@ struct Context {
   // ports metaroced discovered for the paths to it (without a daemon, or
   // when discovery finds nothing, it keeps the default ports). Blocks for
   // the discovery; the first QP to a peer pays it once.
-  void route_peer(transport::PeerId peer, const sockaddr_storage& address);
+  // In the authenticate and encrypt modes it also gives the engine the pair
+  // key metaroced derived for the peer; false when there is none (the QP
+  // then cannot connect).
+  bool route_peer(transport::PeerId peer, const sockaddr_storage& address);
   std::mutex routing_mutex;
   std::unordered_set<transport::PeerId> routed_peers;
+  std::unordered_set<transport::PeerId> keyed_peers;
 };
 
 struct ContextAlloc {
@@ -184,10 +271,14 @@ inline Mr* mr_of(verbs_mr* mr) { return reinterpret_cast<Mr*>(mr); }
 inline Cq* cq_of(ibv_cq* cq) { return reinterpret_cast<Cq*>(cq); }
 inline Qp* qp_of(ibv_qp* qp) { return reinterpret_cast<Qp*>(qp); }
 inline Qp* qp_of(ibv_qp_ex* qp) { return reinterpret_cast<Qp*>(qp); }
+inline Cq* cq_of(ibv_cq_ex* cq) { return reinterpret_cast<Cq*>(cq); }
+inline Srq* srq_of(ibv_srq* srq) { return reinterpret_cast<Srq*>(srq); }
+inline Ah* ah_of(ibv_ah* ah) { return reinterpret_cast<Ah*>(ah); }
 
 // Errno for an engine result.
 int errno_of(transport::PostResult result);
-ibv_mtu mtu_enum(uint32_t bytes);
+// Bytes of an IB MTU.
+constexpr uint32_t ib_mtu_bytes(ibv_mtu mtu) { return 128u << mtu; }
 
 // --- ops (one file per concern) ---------------------------------------------------
 // context.cpp
@@ -210,6 +301,34 @@ int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc);
 int req_notify_cq(ibv_cq* cq, int solicited_only);
 void cq_event(ibv_cq* cq);
 int resize_cq(ibv_cq* cq, int cqe);
+ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr);
+// kernel_commands.cpp: a kernel device's CQ and QP objects (0 or an errno;
+// they set the handle, and the QP number).
+int kernel_create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_vector, ibv_cq& cq);
+int kernel_create_qp(ibv_pd* pd, const ibv_qp_init_attr& attr, ibv_qp& qp);
+// srq.cpp
+ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr* attr);
+int modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask);
+int query_srq(ibv_srq* srq, ibv_srq_attr* attr);
+int destroy_srq(ibv_srq* srq);
+int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+// ah.cpp
+ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr);
+int destroy_ah(ibv_ah* ah);
+// The peer (IP + the home port that remote_qpn names) of a UD send.
+transport::PeerId ud_peer(Context& ctx, const Ah& ah, uint32_t remote_qpn);
+// async_events.cpp
+void register_event_object(Context& ctx, uint64_t element, EventCounts& counts);
+// Waits until the application acknowledged every event it read for an
+// object (`completed`: the ibv object's events_completed), as the kernel
+// makes destroy wait.
+void wait_event_acks(const EventCounts& counts, pthread_mutex_t& mutex, pthread_cond_t& cond,
+                     const uint32_t& completed);
+// Frees a destroyed object with `free`, or, when an event written for it is
+// still unread in the pipe, keeps it (its memory stays valid for that event)
+// until the context closes.
+void retire_event_object(Context& ctx, uint64_t element, EventCounts& counts, std::function<void()> free);
+void free_event_objects(Context& ctx);
 // comp_channel.cpp
 CompChannel* channel_of(ibv_comp_channel* channel);  // null if not ours
 // qp.cpp

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 //
-// RC queue pairs: creation, the verbs state machine of ibv_modify_qp (with
-// the attribute masks the IB spec requires for each transition, as the
-// kernel checks them), ibv_query_qp and destruction.
+// RC and UD queue pairs: creation (with an SRQ or not), the verbs state
+// machine of ibv_modify_qp (with the attribute masks the IB spec requires
+// for each transition of each QP type, as the kernel checks them),
+// ibv_query_qp and destruction.
 //
-// The remote end of a QP is (IP of ah_attr.grh.dgid, UDP port 4792 +
-// (dest_qp_num >> 12)): QP numbers encode their context's home port.
+// The remote end of an RC QP is (IP of ah_attr.grh.dgid, UDP port 4792 +
+// (dest_qp_num >> 12)): QP numbers encode their context's home port. A UD
+// QP names its destination per work request (address handle + remote QPN).
 #include <arpa/inet.h>
 
 #include <cerrno>
@@ -18,9 +20,9 @@ namespace {
 
 bool supported_type(ibv_qp_type type, int& err) {
   switch (type) {
-    case IBV_QPT_RC: return true;
+    case IBV_QPT_RC:
+    case IBV_QPT_UD: return true;
     case IBV_QPT_UC:
-    case IBV_QPT_UD:
     case IBV_QPT_RAW_PACKET:
     case IBV_QPT_XRC_SEND:
     case IBV_QPT_XRC_RECV:
@@ -34,6 +36,7 @@ constexpr uint64_t kSupportedSendOps =
     IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
     IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
     IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+constexpr uint64_t kSupportedUdSendOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
 
 // IB spec minimum RNR NAK timer, in nanoseconds, by its 5-bit code.
 transport::Time rnr_timer_ns(uint8_t code) {
@@ -44,7 +47,7 @@ transport::Time rnr_timer_ns(uint8_t code) {
   return static_cast<transport::Time>(kMicros[code & 31]) * 1000;
 }
 
-// Required and optional attributes of each RC transition (IB spec 11.2.4.2,
+// Required and optional attributes of each transition (IB spec 11.2.4.2,
 // as the kernel's qp_state_table lists them).
 struct Transition {
   bool valid = false;
@@ -52,12 +55,33 @@ struct Transition {
   int optional = 0;
 };
 
-Transition transition(ibv_qp_state from, ibv_qp_state to) {
+Transition ud_transition(ibv_qp_state from, ibv_qp_state to) {
+  constexpr int kAny = IBV_QP_CUR_STATE;
+  switch (from) {
+    case IBV_QPS_RESET:
+      if (to == IBV_QPS_INIT) return {true, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY, kAny};
+      return {};
+    case IBV_QPS_INIT:
+      if (to == IBV_QPS_INIT) return {true, 0, kAny | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY};
+      if (to == IBV_QPS_RTR) return {true, 0, kAny | IBV_QP_PKEY_INDEX | IBV_QP_QKEY};
+      return {};
+    case IBV_QPS_RTR:
+      if (to == IBV_QPS_RTS) return {true, IBV_QP_SQ_PSN, kAny | IBV_QP_QKEY};
+      return {};
+    case IBV_QPS_RTS:
+      if (to == IBV_QPS_RTS) return {true, 0, kAny | IBV_QP_QKEY};
+      return {};
+    default: return {};
+  }
+}
+
+Transition transition(ibv_qp_type type, ibv_qp_state from, ibv_qp_state to) {
   constexpr int kAny = IBV_QP_CUR_STATE;
   if (to == IBV_QPS_RESET || to == IBV_QPS_ERR) {
     if (from > IBV_QPS_ERR) return {};
     return {true, 0, kAny};
   }
+  if (type == IBV_QPT_UD) return ud_transition(from, to);
   switch (from) {
     case IBV_QPS_RESET:
       if (to == IBV_QPS_INIT) return {true, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, kAny};
@@ -158,10 +182,21 @@ void remember(Qp& qp, const ibv_qp_attr& a, int mask) {
   if (mask & IBV_QP_PKEY_INDEX) s.pkey_index = a.pkey_index;
   if (mask & IBV_QP_PORT) s.port_num = a.port_num;
   if (mask & IBV_QP_AV) s.ah_attr = a.ah_attr;
-  if (mask & IBV_QP_PATH_MTU) s.path_mtu = a.path_mtu;
+  if (mask & IBV_QP_PATH_MTU) {
+    s.path_mtu = a.path_mtu;
+    // At the port's MTU (or above) the QP sends full packets (what fits the
+    // link, more than the IB MTU's bytes); below it, the IB MTU's bytes.
+    qp.config.mtu = a.path_mtu < qp.ctx->active_mtu ? ib_mtu_bytes(a.path_mtu) : 0;
+  }
   if (mask & IBV_QP_DEST_QPN) s.dest_qp_num = a.dest_qp_num;
-  if (mask & IBV_QP_RQ_PSN) s.rq_psn = a.rq_psn;
-  if (mask & IBV_QP_SQ_PSN) s.sq_psn = a.sq_psn;
+  if (mask & IBV_QP_RQ_PSN) {
+    s.rq_psn = a.rq_psn;
+    qp.config.rq_psn = a.rq_psn;
+  }
+  if (mask & IBV_QP_SQ_PSN) {
+    s.sq_psn = a.sq_psn;
+    qp.config.sq_psn = a.sq_psn;
+  }
   if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) {
     s.max_dest_rd_atomic = a.max_dest_rd_atomic;
     qp.config.max_dest_rd_atomic = a.max_dest_rd_atomic ? a.max_dest_rd_atomic : 1;
@@ -188,6 +223,7 @@ void remember(Qp& qp, const ibv_qp_attr& a, int mask) {
     qp.config.rnr_retry = a.rnr_retry;
   }
   if (mask & IBV_QP_PATH_MIG_STATE) s.path_mig_state = a.path_mig_state;
+  if (mask & IBV_QP_QKEY) s.qkey = a.qkey;
   if (mask & IBV_QP_ALT_PATH) {
     s.alt_ah_attr = a.alt_ah_attr;
     s.alt_pkey_index = a.alt_pkey_index;
@@ -202,12 +238,12 @@ ibv_qp* create(Context* ctx, ibv_context* context, ibv_pd* pd, const ibv_qp_init
     errno = err;
     return nullptr;
   }
-  if (a.srq || a.xrcd || a.rwq_ind_tbl) {
-    errno = EOPNOTSUPP;  // no SRQ / XRC / RSS
+  if (a.xrcd || a.rwq_ind_tbl) {
+    errno = EOPNOTSUPP;  // no XRC / RSS
     return nullptr;
   }
   if (!pd || pd->context != context || !a.send_cq || !a.recv_cq || a.send_cq->context != context ||
-      a.recv_cq->context != context) {
+      a.recv_cq->context != context || (a.srq && a.srq->context != context)) {
     errno = EINVAL;
     return nullptr;
   }
@@ -223,13 +259,16 @@ ibv_qp* create(Context* ctx, ibv_context* context, ibv_pd* pd, const ibv_qp_init
     return nullptr;
   }
   qp->ctx = ctx;
+  qp->type = a.qp_type;
+  qp->srq = a.srq ? srq_of(a.srq) : nullptr;
   qp->pd = pd_of(pd);
   qp->send_cq = cq_of(a.send_cq);
   qp->recv_cq = cq_of(a.recv_cq);
   qp->sq_sig_all = a.sq_sig_all != 0;
   // Report what the QP really supports (at least what was asked).
   qp->cap.max_send_wr = std::max<uint32_t>(cap.max_send_wr, 1);
-  qp->cap.max_recv_wr = std::max<uint32_t>(cap.max_recv_wr, 1);
+  // With an SRQ the QP has no receive queue of its own.
+  qp->cap.max_recv_wr = qp->srq ? 0 : std::max<uint32_t>(cap.max_recv_wr, 1);
   qp->cap.max_send_sge = kMaxSge;
   qp->cap.max_recv_sge = kMaxSge;
   qp->cap.max_inline_data = std::max<uint32_t>(cap.max_inline_data, 256);
@@ -239,27 +278,37 @@ ibv_qp* create(Context* ctx, ibv_context* context, ibv_pd* pd, const ibv_qp_init
   qp->config.max_dest_rd_atomic = kMaxRdAtomic;
   ibv_qp& q = qp->vqp.qp;
   if (ctx->device->kernel) {
-    // The kernel numbers the QP (slot << 12 | index, host-unique).
+    // The kernel numbers the QP (slot << 12 | index, host-unique). SRQs
+    // live in the provider only, so the kernel's QP has none.
     ibv_qp_init_attr init{};
     init.qp_context = a.qp_context;
     init.send_cq = a.send_cq;
     init.recv_cq = a.recv_cq;
     init.cap = cap;
+    if (qp->srq) init.cap.max_recv_wr = init.cap.max_recv_sge = 0;
     init.qp_type = a.qp_type;
     init.sq_sig_all = a.sq_sig_all;
-    struct ibv_create_qp cmd{};
-    ib_uverbs_create_qp_resp resp{};
-    if (const int kerr = ibv_cmd_create_qp(pd, &q, &init, &cmd, sizeof cmd, &resp, sizeof resp)) {
+    if (const int kerr = kernel_create_qp(pd, init, q)) {
       delete qp;
       errno = kerr;
       return nullptr;
     }
     qp->kernel_handle = q.handle;
   }
+  const uint32_t srq_id = qp->srq ? qp->srq->id : 0;
   qp->qpn = ctx->engine([&](transport::Endpoint& e) {
-    return ctx->device->kernel
-               ? e.create_qp_numbered(q.qp_num, qp->pd->id, qp->send_cq->id, qp->recv_cq->id, qp->config)
-               : e.create_qp(qp->pd->id, qp->send_cq->id, qp->recv_cq->id, qp->config);
+    uint32_t qpn = 0;
+    if (a.qp_type == IBV_QPT_UD) {
+      // UD messages are limited to the port's active MTU.
+      qpn = e.create_ud_qp(ctx->device->kernel ? q.qp_num : 0, qp->pd->id, qp->send_cq->id, qp->recv_cq->id,
+                           srq_id, qp->config, ib_mtu_bytes(ctx->active_mtu));
+    } else {
+      qpn = ctx->device->kernel
+                ? e.create_qp_numbered(q.qp_num, qp->pd->id, qp->send_cq->id, qp->recv_cq->id, qp->config, srq_id)
+                : e.create_qp(qp->pd->id, qp->send_cq->id, qp->recv_cq->id, qp->config, srq_id);
+    }
+    if (qpn) ctx->qps[qpn] = qp;
+    return qpn;
   });
   if (qp->qpn == 0) {
     if (ctx->device->kernel) (void)ibv_cmd_destroy_qp(&q);
@@ -270,7 +319,7 @@ ibv_qp* create(Context* ctx, ibv_context* context, ibv_pd* pd, const ibv_qp_init
   qp->attr.qp_state = IBV_QPS_RESET;
   qp->attr.cap = qp->cap;
   qp->attr.port_num = 1;
-  qp->attr.path_mtu = mtu_enum(ctx->mtu);
+  qp->attr.path_mtu = ctx->active_mtu;
 
   // What libibverbs' ibv_create_qp() would fill in; ibv_create_qp_ex() calls
   // the provider directly, so do it here for both.
@@ -279,7 +328,7 @@ ibv_qp* create(Context* ctx, ibv_context* context, ibv_pd* pd, const ibv_qp_init
   q.pd = pd;
   q.send_cq = a.send_cq;
   q.recv_cq = a.recv_cq;
-  q.srq = nullptr;
+  q.srq = a.srq;
   q.handle = ctx->device->kernel ? qp->kernel_handle : qp->qpn;
   q.qp_num = qp->qpn;
   q.state = IBV_QPS_RESET;
@@ -288,6 +337,7 @@ ibv_qp* create(Context* ctx, ibv_context* context, ibv_pd* pd, const ibv_qp_init
   pthread_mutex_init(&q.mutex, nullptr);
   pthread_cond_init(&q.cond, nullptr);
 
+  register_event_object(*ctx, reinterpret_cast<uintptr_t>(&q), qp->events);
   if ((a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) != 0) {
     qp->send_ops_flags = a.send_ops_flags;
     qp->vqp.comp_mask |= VERBS_QP_EX;
@@ -324,7 +374,8 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     errno = EINVAL;
     return nullptr;
   }
-  if ((attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (attr->send_ops_flags & ~kSupportedSendOps)) {
+  const uint64_t supported = attr->qp_type == IBV_QPT_UD ? kSupportedUdSendOps : kSupportedSendOps;
+  if ((attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (attr->send_ops_flags & ~supported)) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
@@ -344,7 +395,7 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   const ibv_qp_state cur = from_engine(*engine_state);
   if ((mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != cur) return EINVAL;
   const ibv_qp_state next = (mask & IBV_QP_STATE) ? attr->qp_state : cur;
-  const Transition t = transition(cur, next);
+  const Transition t = transition(qp->type, cur, next);
   const int given = mask & ~(IBV_QP_STATE | IBV_QP_CUR_STATE);
   if (!t.valid) return EINVAL;
   if ((given & t.required) != t.required) return EINVAL;
@@ -354,7 +405,8 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     // The kernel keeps the state of record and has the last word (it also
     // checks the source GID index and resolves the peer).
     sockaddr_storage unused{};
-    if (cur == IBV_QPS_INIT && next == IBV_QPS_RTR && !peer_address(*ctx, attr->ah_attr, attr->dest_qp_num, unused))
+    if (qp->type == IBV_QPT_RC && cur == IBV_QPS_INIT && next == IBV_QPS_RTR &&
+        !peer_address(*ctx, attr->ah_attr, attr->dest_qp_num, unused))
       return EINVAL;
     struct ibv_modify_qp cmd{};
     if (const int err = ibv_cmd_modify_qp(ibqp, attr, mask, &cmd, sizeof cmd)) return err;
@@ -366,14 +418,28 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   remember(*qp, *attr, mask);
 
   transport::PostResult r = transport::PostResult::Ok;
-  if (next == IBV_QPS_RESET) {
+  if (qp->type == IBV_QPT_UD) {
+    static constexpr transport::QpState kEngineState[] = {
+        transport::QpState::Reset, transport::QpState::Init, transport::QpState::ReadyToReceive,
+        transport::QpState::ReadyToSend, transport::QpState::Error, transport::QpState::Error,
+        transport::QpState::Error};
+    const std::optional<uint32_t> qkey = (mask & IBV_QP_QKEY) ? std::optional<uint32_t>(attr->qkey) : std::nullopt;
+    r = ctx->engine([&](transport::Endpoint& e) { return e.modify_ud_qp(qp->qpn, kEngineState[next], qkey); });
+    if (r == transport::PostResult::Ok && next == IBV_QPS_RESET) {
+      const ibv_qp_cap cap = qp->cap;
+      qp->attr = ibv_qp_attr{};
+      qp->attr.cap = cap;
+      qp->attr.port_num = 1;
+      qp->attr.path_mtu = ctx->active_mtu;
+    }
+  } else if (next == IBV_QPS_RESET) {
     r = ctx->engine([&](transport::Endpoint& e) { return e.modify_qp_to_reset(qp->qpn); });
     if (r == transport::PostResult::Ok) {
       const ibv_qp_cap cap = qp->cap;
       qp->attr = ibv_qp_attr{};
       qp->attr.cap = cap;
       qp->attr.port_num = 1;
-      qp->attr.path_mtu = mtu_enum(ctx->mtu);
+      qp->attr.path_mtu = ctx->active_mtu;
     }
   } else if (next == IBV_QPS_ERR) {
     r = ctx->engine([&](transport::Endpoint& e) { return e.modify_qp_to_error(qp->qpn); });
@@ -387,7 +453,11 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
       return EINVAL;
     }
     const transport::PeerId peer = ctx->runtime->peer_for(peer_addr);
-    ctx->route_peer(peer, peer_addr);
+    if (!ctx->route_peer(peer, peer_addr)) {
+      qp->attr = previous;
+      qp->config = previous_config;
+      return EACCES;  // authenticate/encrypt mode without a key for the peer
+    }
     config = qp->config;
     r = ctx->engine([&](transport::Endpoint& e) {
       return e.modify_qp_to_rtr(qp->qpn, peer, attr->dest_qp_num, config);
@@ -423,7 +493,7 @@ int query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int /*attr_mask*/, ibv_qp_init_att
     init_attr->qp_context = ibqp->qp_context;
     init_attr->send_cq = ibqp->send_cq;
     init_attr->recv_cq = ibqp->recv_cq;
-    init_attr->srq = nullptr;
+    init_attr->srq = ibqp->srq;
     init_attr->cap = qp->cap;
     init_attr->qp_type = ibqp->qp_type;
     init_attr->sq_sig_all = qp->sq_sig_all ? 1 : 0;
@@ -433,16 +503,30 @@ int query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int /*attr_mask*/, ibv_qp_init_att
 
 int destroy_qp(ibv_qp* ibqp) {
   Qp* qp = qp_of(ibqp);
-  if (qp->ctx->device->kernel) {
+  Context* ctx = qp->ctx;
+  // No event is written for the QP once it is off the map; then wait for
+  // the application to acknowledge those it read, as the kernel would.
+  ctx->engine([&](transport::Endpoint&) { ctx->qps.erase(qp->qpn); });
+  wait_event_acks(qp->events, ibqp->mutex, ibqp->cond, ibqp->events_completed);
+  if (ctx->device->kernel) {
+    // The kernel counts only its own events (none for our QPs), and
+    // libibverbs waits for the acknowledgements to match its count.
+    pthread_mutex_lock(&ibqp->mutex);
+    ibqp->events_completed = 0;
+    pthread_mutex_unlock(&ibqp->mutex);
     // EIO from a removed device counts as done (libibverbs maps it to 0).
-    if (const int err = ibv_cmd_destroy_qp(ibqp)) return err;
+    if (const int err = ibv_cmd_destroy_qp(ibqp)) {
+      ctx->engine([&](transport::Endpoint&) { ctx->qps[qp->qpn] = qp; });
+      return err;
+    }
   }
-  const transport::PostResult r =
-      qp->ctx->engine([&](transport::Endpoint& e) { return e.destroy_qp(qp->qpn); });
+  const transport::PostResult r = ctx->engine([&](transport::Endpoint& e) { return e.destroy_qp(qp->qpn); });
   if (r != transport::PostResult::Ok) return errno_of(r);
-  pthread_mutex_destroy(&ibqp->mutex);
-  pthread_cond_destroy(&ibqp->cond);
-  delete qp;
+  retire_event_object(*ctx, reinterpret_cast<uintptr_t>(ibqp), qp->events, [qp] {
+    pthread_mutex_destroy(&qp->vqp.qp.mutex);
+    pthread_cond_destroy(&qp->vqp.qp.cond);
+    delete qp;
+  });
   return 0;
 }
 

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "provider.h"
+#include "ud_queue_pair.h"
 
 namespace metaroce::verbs {
 namespace {
@@ -27,6 +28,7 @@ void add(ibv_qp_ex* q, WrOpcode op) {
   s.opcode = op;
   s.signaled = (q->wr_flags & IBV_SEND_SIGNALED) || qp->sq_sig_all;
   qp->pending.push_back(s);
+  qp->pending_ud.emplace_back();
 }
 
 SendWr* last(ibv_qp_ex* q) {
@@ -90,7 +92,14 @@ void wr_bind_mw(ibv_qp_ex* q, ibv_mw*, uint32_t, const ibv_mw_bind_info*) { unsu
 void wr_local_inv(ibv_qp_ex* q, uint32_t) { unsupported(Q(q)); }
 void wr_send_inv(ibv_qp_ex* q, uint32_t) { unsupported(Q(q)); }
 void wr_send_tso(ibv_qp_ex* q, void*, uint16_t, uint16_t) { unsupported(Q(q)); }
-void wr_set_ud_addr(ibv_qp_ex* q, ibv_ah*, uint32_t, uint32_t) { unsupported(Q(q)); }
+void wr_set_ud_addr(ibv_qp_ex* q, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
+  Qp* qp = Q(q);
+  if (qp->type != IBV_QPT_UD || !last(q)) {
+    qp->pending_error = EINVAL;
+    return;
+  }
+  qp->pending_ud.back() = {ah, remote_qpn, remote_qkey};
+}
 void wr_set_xrc_srqn(ibv_qp_ex* q, uint32_t) { unsupported(Q(q)); }
 void wr_atomic_write(ibv_qp_ex* q, uint32_t, uint64_t, const void*) { unsupported(Q(q)); }
 
@@ -150,6 +159,7 @@ void wr_set_sge_list(ibv_qp_ex* q, size_t num_sge, const ibv_sge* sg_list) {
 
 void clear(Qp* qp) {
   qp->pending.clear();
+  qp->pending_ud.clear();
   qp->pending_inline.clear();
   qp->pending_error = 0;
 }
@@ -167,7 +177,36 @@ int wr_complete(ibv_qp_ex* q) {
       if (atomic && (s.num_sge != 1 || s.sg[0].length != 8 || (s.remote_addr & 7))) err = EINVAL;
     }
   }
-  if (!err && !qp->pending.empty()) {
+  if (!err && qp->type == IBV_QPT_UD) {
+    std::vector<transport::UdSendWr> sends;
+    for (size_t i = 0; i < qp->pending.size() && !err; ++i) {
+      const Qp::UdAddress& a = qp->pending_ud[i];
+      const transport::SendWr& s = qp->pending[i];
+      if (!a.ah || a.ah->context != q->qp_base.context || (a.remote_qpn & 0xfff) == 0 || a.remote_qpn > 0xffffff ||
+          (s.opcode != WrOpcode::Send && s.opcode != WrOpcode::SendWithImm) ||
+          transport::sge_total_length({s.sg.data(), s.num_sge}) > ib_mtu_bytes(qp->ctx->active_mtu)) {
+        err = EINVAL;
+        break;
+      }
+      transport::UdSendWr u;
+      u.wr = s;
+      u.remote_qpn = a.remote_qpn;
+      u.remote_qkey = a.remote_qkey;
+      u.peer = ud_peer(*qp->ctx, *ah_of(a.ah), a.remote_qpn);
+      sends.push_back(u);
+    }
+    if (!err) {
+      qp->ctx->engine([&](transport::Endpoint& e) {
+        for (const transport::UdSendWr& u : sends) {
+          const transport::PostResult r = e.post_send_ud(qp->qpn, u);
+          if (r != transport::PostResult::Ok) {
+            err = errno_of(r);
+            return;
+          }
+        }
+      });
+    }
+  } else if (!err && !qp->pending.empty()) {
     qp->ctx->engine([&](transport::Endpoint& e) {
       for (const SendWr& s : qp->pending) {
         const transport::PostResult r = e.post_send(qp->qpn, s);

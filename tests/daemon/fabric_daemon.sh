@@ -173,13 +173,13 @@ spread)
             fi
             port=$((18600 + RANDOM % 300))
             # The receiver has no daemon in its namespace: first free home port, 4792.
-            timeout 120 ip netns exec "${PREFIX}-h1" env METAROCE_DAEMON=0 "$RUN" --dev mr0=eth0 --mtu 1400 \
+            timeout 120 ip netns exec "${PREFIX}-h1" env METAROCE_DAEMON=0 "$RUN" --dev mr0=eth0 \
                 ib_write_bw -d mr0 -x 0 -s 65536 -n 2000 -F -p "$port" >"$WORK/server" 2>&1 &
             PIDS+=($!)
             sleep 0.5
             before=$(offered_l2r)
             timeout 120 ip netns exec "${PREFIX}-h0" env METAROCE_DAEMON_SOCKET="$SOCK" "$RUN" \
-                --dev mr0=eth0 --mtu 1400 ib_write_bw -d mr0 -x 0 -s 65536 -n 2000 -F -p "$port" "$dst" \
+                --dev mr0=eth0 ib_write_bw -d mr0 -x 0 -s 65536 -n 2000 -F -p "$port" "$dst" \
                 >"$WORK/client" 2>&1 || { cat "$WORK/client" "$WORK/server" >&2; fail "transfer failed"; }
             wait "${PIDS[-1]}" || true
             unset "PIDS[-1]"
@@ -218,11 +218,11 @@ policy)
     start_daemon
     dst=$(fab addr h1)
     port=$((18600 + RANDOM % 300))
-    timeout 90 ip netns exec "${PREFIX}-h1" env METAROCE_DAEMON=0 "$RUN" --dev mr0=eth0 --mtu 1400 \
+    timeout 90 ip netns exec "${PREFIX}-h1" env METAROCE_DAEMON=0 "$RUN" --dev mr0=eth0 \
         ib_write_bw -d mr0 -x 0 -s 65536 -D 30 -F -p "$port" >"$WORK/server" 2>&1 &
     PIDS+=($!)
     sleep 0.5
-    timeout 90 ip netns exec "${PREFIX}-h0" env METAROCE_DAEMON_SOCKET="$SOCK" "$RUN" --dev mr0=eth0 --mtu 1400 \
+    timeout 90 ip netns exec "${PREFIX}-h0" env METAROCE_DAEMON_SOCKET="$SOCK" "$RUN" --dev mr0=eth0 \
         ib_write_bw -d mr0 -x 0 -s 65536 -D 30 -F -p "$port" "$dst" >"$WORK/client" 2>&1 &
     PIDS+=($!)
     # sample: "<tx_data_bytes> <max window over paths> <paths>" of the sender's context.

@@ -378,6 +378,50 @@ TEST(Metaroced, PeerPortsNeedTheConnectionsOwnLeaseAndSayHashWhenNothingIsDiscov
   EXPECT_TRUE(d.alive());
 }
 
+TEST(Metaroced, AuthenticateModeHandsOutPairKeysOnlyForTheConnectionsOwnLease) {
+  char tmpl[] = "/tmp/metaroced-key.XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  const std::string secret = dir + "/cluster.key";
+  std::ofstream(secret) << "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n";
+  ASSERT_EQ(::chmod(secret.c_str(), 0600), 0);
+  std::string config = kConfig;
+  config += "[security]\nmode = \"authenticate\"\nsecret_file = \"" + secret + "\"\n";
+  {
+    Daemon d(config);
+    const int fd = connect_to(d.socket());
+    const int other = connect_to(d.socket());
+    ASSERT_TRUE(send_raw(fd, ctl::encode(lease_request(::getpid()))));
+    auto lease = receive(fd);
+    ASSERT_TRUE(lease && lease->type == ctl::Type::LeaseOk);
+    EXPECT_EQ(lease->body["security"], "authenticate");
+    const int home = lease->body["home_port"].get<int>();
+    json ask = ctl::make(ctl::Type::PeerKey);
+    ask["home_port"] = home;
+    ask["dest"] = "127.0.0.1";
+    ask["dport"] = home + 1;
+    EXPECT_NE(error_of(other, ctl::encode(ask)).find("is not leased on this connection"), std::string::npos);
+    ASSERT_TRUE(send_raw(fd, ctl::encode(ask)));
+    auto key = receive(fd);
+    ASSERT_TRUE(key);
+    ASSERT_EQ(key->type, ctl::Type::PeerKeyOk) << key->body.dump();
+    EXPECT_EQ(key->body["key"].get<std::string>().size(), 64u);
+    EXPECT_EQ(key->body["role"], 0);  // 127.0.0.1:home sorts before 127.0.0.1:home+1
+    EXPECT_EQ(d.log_text().find("00112233445566778899"), std::string::npos) << "the secret is never logged";
+    ::close(fd);
+    ::close(other);
+  }
+  // A secret others may read: the daemon refuses to start.
+  ASSERT_EQ(::chmod(secret.c_str(), 0644), 0);
+  const std::string toml = dir + "/metaroced.toml";
+  std::ofstream(toml) << config;
+  const std::string cmd = std::string(METAROCED) + " --config " + toml + " --socket " + dir + "/s.sock 2>" + dir + "/err";
+  EXPECT_NE(std::system(cmd.c_str()), 0);
+  std::ifstream err(dir + "/err");
+  const std::string text((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("chmod 600"), std::string::npos) << text;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Metaroced, ALeaseWithoutPathsGetsTheConfiguredNumber) {
   std::string config = kConfig;
   config.replace(config.find("block_size = 64"), 15, "block_size = 64\npaths_per_connection = 6");

@@ -68,6 +68,7 @@
 
 #include "endpoint.h"
 #include "metaroce/wire.h"
+#include "packet_protection.h"
 
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer)
@@ -419,6 +420,11 @@ constexpr size_t counter_index(size_t offset) { return offset / sizeof(uint64_t)
 // Drops that must change nothing else.
 constexpr size_t kDropOnly[] = {
     counter_index(offsetof(EndpointCounters, rx_drop_malformed)),
+    counter_index(offsetof(EndpointCounters, rx_drop_integrity)),
+    counter_index(offsetof(EndpointCounters, rx_drop_security_mode)),
+    counter_index(offsetof(EndpointCounters, rx_drop_no_key)),
+    counter_index(offsetof(EndpointCounters, rx_drop_stale_epoch)),
+    counter_index(offsetof(EndpointCounters, rx_drop_replay)),
     counter_index(offsetof(EndpointCounters, rx_drop_unknown_peer)),
     counter_index(offsetof(EndpointCounters, rx_drop_unknown_qp)),
     counter_index(offsetof(EndpointCounters, rx_drop_qp_state)),
@@ -427,6 +433,18 @@ constexpr size_t kDropOnly[] = {
 constexpr size_t kRxDatagrams = counter_index(offsetof(EndpointCounters, rx_datagrams));
 constexpr size_t kUnknownPeer = counter_index(offsetof(EndpointCounters, rx_drop_unknown_peer));
 constexpr size_t kMalformed = counter_index(offsetof(EndpointCounters, rx_drop_malformed));
+constexpr size_t kIntegrity = counter_index(offsetof(EndpointCounters, rx_drop_integrity));
+constexpr size_t kSecurityMode = counter_index(offsetof(EndpointCounters, rx_drop_security_mode));
+
+// The datagram without its trailer when its integrity trailer checks (the
+// fuzzed endpoints run in the default integrity mode), else nothing.
+std::optional<std::span<const uint8_t>> unframed(std::span<const uint8_t> datagram) {
+  wire::CommonHeader common;
+  if (wire::decode_common(datagram, common) != wire::DecodeStatus::Ok || common.security != wire::Security::Integrity ||
+      datagram.size() < wire::kCommonHeaderBytes + wire::kIntegrityTrailerBytes || !tp::check_integrity(datagram))
+    return std::nullopt;
+  return datagram.first(datagram.size() - wire::kIntegrityTrailerBytes);
+}
 
 class World {
  public:
@@ -790,7 +808,10 @@ void World::setup() {
 
 // --- traffic ---------------------------------------------------------------------------
 
-void World::observe_tx(Side& from, std::span<const uint8_t> datagram) {
+void World::observe_tx(Side& from, std::span<const uint8_t> framed) {
+  const auto inner = unframed(framed);
+  if (!inner) fail("%s transmitted a datagram whose trailer does not check", from.name);
+  const std::span<const uint8_t> datagram = *inner;
   wire::Packet p;
   const wire::DecodeStatus status = wire::decode(datagram, p);
   if (status != wire::DecodeStatus::Ok)
@@ -860,7 +881,7 @@ size_t World::drain(Side& from, Side& to, Filter filter) {
     if (filter == Filter::None) continue;
     if (filter == Filter::PartialPhase) {
       wire::Packet p;
-      (void)wire::decode(datagram, p);
+      (void)wire::decode(datagram.first(datagram.size() - wire::kIntegrityTrailerBytes), p);
       if (p.common.type == wire::PacketType::Data && p.data.opcode == wire::Opcode::Send &&
           p.data.offset == kMtu && p.data.msg_length == 600)
         continue;
@@ -889,7 +910,8 @@ void World::deliver(Side& to, PeerId from, std::span<const uint8_t> datagram, bo
   g_ctx.last_from = from;
 
   wire::Packet p;
-  const bool decodes = wire::decode(datagram, p) == wire::DecodeStatus::Ok;
+  const auto inner = unframed(datagram);
+  const bool decodes = inner && wire::decode(*inner, p) == wire::DecodeStatus::Ok;
   const bool real_peer = from == (&to == &b_ ? kPeerA : kPeerB);
   const bool is_data = decodes && p.common.type == wire::PacketType::Data;
   const int qp = is_data ? to.qp_index(p.data.dst_qpn) : -1;
@@ -940,7 +962,10 @@ void World::deliver(Side& to, PeerId from, std::span<const uint8_t> datagram, bo
   int drop = -1;
   for (size_t index : kDropOnly)
     if (counter(after, index) != counter(before, index)) drop = static_cast<int>(index);
-  if (!decodes && drop != static_cast<int>(kMalformed)) fail("%s did not count an undecodable datagram as malformed", to.name);
+  if (!decodes && drop != static_cast<int>(kMalformed) && drop != static_cast<int>(kIntegrity) &&
+      drop != static_cast<int>(kSecurityMode))
+    fail("%s did not count an undecodable or corrupted datagram as malformed, failing integrity or of another mode",
+         to.name);
   if (decodes && !real_peer && drop != static_cast<int>(kUnknownPeer))
     fail("%s accepted a datagram from peer %u, which it has no connection with", to.name, from);
   if (drop >= 0) {
@@ -1190,7 +1215,7 @@ size_t World::build_ack(Reader& r, Side& to, std::span<uint8_t> out) {
 size_t World::build_nak(Reader& r, Side& to, std::span<uint8_t> out) {
   wire::Nak nak;
   const uint8_t sel = r.u8();
-  nak.kind = static_cast<wire::NakKind>(1 + sel % 4);
+  nak.kind = static_cast<wire::NakKind>(1 + sel % 5);
   nak.attempt = static_cast<uint8_t>((sel >> 2) & 3);
   const int qp = (sel >> 4) & 1;
   nak.qpn = (sel & 0x80) ? r.u32() : (sel & 0x40) ? to.qpn[qp] + 2 : to.qpn[qp];
@@ -1339,14 +1364,21 @@ void World::record(const uint8_t* rec, size_t size) {
       case kProbeKind: length = build_probe(r, out); break;
       default: length = build_raw(r, out); break;
     }
+    const uint8_t how = (step & kStepMutate) ? r.u8() : 0;
     if (step & kStepMutate) {
-      const uint8_t how = r.u8();
       for (int i = 0; i <= (how & 3) && length > 0; ++i) attack_buf_[r.u16() % length] = r.u8();
       if (how & 4) length = r.u16() % (length + 1);
       if (how & 8) {
         const size_t extra = 1 + (how >> 4) % 8;
         for (size_t i = 0; i < extra && length < attack_buf_.size(); ++i) attack_buf_[length++] = r.u8();
       }
+    }
+    // Framed as the real peer would (epochs, its next packet number, the
+    // CRC), so that forged bodies reach the engine; raw bytes stay raw half
+    // of the time, and a framed datagram may be corrupted afterwards.
+    if (kind != kRawKind || (r.u8() & 1)) {
+      if (const size_t framed = from.ep->seal_datagram(from.peer, attack_buf_, length)) length = framed;
+      if ((how & 0x80) && length > 0) attack_buf_[r.u16() % length] ^= static_cast<uint8_t>(1u << (how & 7));
     }
     deliver(to, sender, {attack_buf_.data(), length}, (op & kOpCe) != 0);
   }

@@ -94,6 +94,18 @@ void compare_probe(const Packet& a, const Packet& b) {
   CHECK_EQ_FIELD(a, b, probe.timestamp);
 }
 
+void compare_ud(const Packet& a, const Packet& b) {
+  CHECK_EQ_FIELD(a, b, ud.dst_qpn);
+  CHECK_EQ_FIELD(a, b, ud.src_qpn);
+  CHECK_EQ_FIELD(a, b, ud.qkey);
+  CHECK_EQ_FIELD(a, b, ud.imm);
+  CHECK_EQ_FIELD(a, b, ud.has_imm);
+  if (a.payload.size() != b.payload.size() ||
+      std::memcmp(a.payload.data(), b.payload.data(), a.payload.size()) != 0) {
+    fail("UD payload bytes");
+  }
+}
+
 // Re-encodes a decoded packet into a buffer of exactly the needed size.
 std::vector<uint8_t> reencode(const Packet& p) {
   std::vector<uint8_t> out;
@@ -128,6 +140,12 @@ std::vector<uint8_t> reencode(const Packet& p) {
       }
       break;
     }
+    case PacketType::UdSend: {
+      out.resize(kUdHeaderBytes + p.payload.size());
+      if (encode_ud(out, origin, p.ud, p.payload.size()) != kUdHeaderBytes) fail("encode_ud length");
+      if (!p.payload.empty()) std::memcpy(out.data() + kUdHeaderBytes, p.payload.data(), p.payload.size());
+      break;
+    }
   }
   return out;
 }
@@ -154,6 +172,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case PacketType::Nak: compare_nak(first, second); break;
     case PacketType::Probe:
     case PacketType::ProbeReply: compare_probe(first, second); break;
+    case PacketType::UdSend: compare_ud(first, second); break;
   }
   return 0;
 }

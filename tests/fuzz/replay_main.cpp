@@ -129,6 +129,20 @@ std::vector<Bytes> valid_packets() {
     encode_probe(b, 63, t, Probe{17, 0x0123456789ABCDEFull});
     seeds.push_back(std::move(b));
   }
+  // UD datagrams to QP 0x1001 with Q_Key 0x11111111 (fuzz_ud's), with and
+  // without immediate data, of several lengths.
+  for (uint32_t salt = 0; salt < 4; ++salt) {
+    UdHeader u;
+    u.dst_qpn = salt < 3 ? 0x1001 : 0x1002;
+    u.src_qpn = 0x2001 + salt;
+    u.qkey = salt == 2 ? 0x22222222 : 0x11111111;
+    u.has_imm = salt % 2 == 1;
+    u.imm = 0xCAFEBABE;
+    const size_t length = salt * 300;
+    Bytes b(kUdHeaderBytes + length, static_cast<uint8_t>(0x40 + salt));
+    encode_ud(b, {0, 4792}, u, length);
+    seeds.push_back(std::move(b));
+  }
   return seeds;
 }
 

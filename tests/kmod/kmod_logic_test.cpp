@@ -139,7 +139,7 @@ ib_qp_attr good_attr(ib_qp_state to) {
 
 int step(ib_qp_state record, ib_qp_state to, int mask, ib_qp_state* next) {
   const ib_qp_attr a = good_attr(to);
-  return mroce_qp_modify_check(record, &a, mask, next);
+  return mroce_qp_modify_check(IB_QPT_RC, record, &a, mask, next);
 }
 
 TEST(KmodQpState, WalksResetInitRtrRts) {
@@ -183,11 +183,35 @@ TEST(KmodQpState, CurrentStateMustBeTheRecordOrError) {
   ib_qp_state s = IB_QPS_RESET;
   ib_qp_attr a = good_attr(IB_QPS_RESET);
   a.cur_qp_state = IB_QPS_INIT;  // a lie: the record says RTS
-  EXPECT_EQ(mroce_qp_modify_check(IB_QPS_RTS, &a, IB_QP_STATE | IB_QP_CUR_STATE, &s), -EINVAL);
+  EXPECT_EQ(mroce_qp_modify_check(IB_QPT_RC, IB_QPS_RTS, &a, IB_QP_STATE | IB_QP_CUR_STATE, &s), -EINVAL);
   // The user-space data path may have failed the QP: ERR is accepted.
   a.cur_qp_state = IB_QPS_ERR;
-  EXPECT_EQ(mroce_qp_modify_check(IB_QPS_RTS, &a, IB_QP_STATE | IB_QP_CUR_STATE, &s), 0);
+  EXPECT_EQ(mroce_qp_modify_check(IB_QPT_RC, IB_QPS_RTS, &a, IB_QP_STATE | IB_QP_CUR_STATE, &s), 0);
   EXPECT_EQ(s, IB_QPS_RESET);
+}
+
+TEST(KmodQpState, UdTakesAQkeyAndNoPeer) {
+  constexpr int kUdInit = IB_QP_STATE | IB_QP_PKEY_INDEX | IB_QP_PORT | IB_QP_QKEY;
+  ib_qp_state s = IB_QPS_RESET;
+  ib_qp_attr a = good_attr(IB_QPS_INIT);
+  a.qkey = 0x11111111;
+  // RC's INIT attributes are not UD's, and the reverse.
+  EXPECT_EQ(mroce_qp_modify_check(IB_QPT_UD, s, &a, kToInit, &s), -EINVAL);
+  EXPECT_EQ(mroce_qp_modify_check(IB_QPT_RC, s, &a, kUdInit, &s), -EINVAL);
+  ASSERT_EQ(mroce_qp_modify_check(IB_QPT_UD, s, &a, kUdInit, &s), 0);
+  EXPECT_EQ(s, IB_QPS_INIT);
+  a.qp_state = IB_QPS_RTR;
+  EXPECT_EQ(mroce_qp_modify_check(IB_QPT_UD, s, &a, kToRtr, &s), -EINVAL);  // no AV, peer or PSN
+  ASSERT_EQ(mroce_qp_modify_check(IB_QPT_UD, s, &a, IB_QP_STATE, &s), 0);
+  a.qp_state = IB_QPS_RTS;
+  EXPECT_EQ(mroce_qp_modify_check(IB_QPT_UD, s, &a, IB_QP_STATE, &s), -EINVAL);  // needs sq_psn
+  ASSERT_EQ(mroce_qp_modify_check(IB_QPT_UD, s, &a, IB_QP_STATE | IB_QP_SQ_PSN | IB_QP_QKEY, &s), 0);
+  EXPECT_EQ(s, IB_QPS_RTS);
+  EXPECT_EQ(mroce_qp_modify_check(IB_QPT_UD, s, &a, IB_QP_STATE | IB_QP_TIMEOUT, &s), -EINVAL);
+  // Other types have no state machine here.
+  a.qp_state = IB_QPS_INIT;
+  s = IB_QPS_RESET;
+  EXPECT_EQ(mroce_qp_modify_check(IB_QPT_UC, s, &a, kToInit, &s), -EINVAL);
 }
 
 TEST(KmodQpState, ChecksAttributeValues) {
@@ -215,9 +239,9 @@ TEST(KmodQpState, ChecksAttributeValues) {
   for (const Case& c : cases) {
     ib_qp_attr a = good_attr(c.to);
     ib_qp_state s = c.from;
-    ASSERT_EQ(mroce_qp_modify_check(c.from, &a, c.mask, &s), 0) << c.what << " (unspoiled)";
+    ASSERT_EQ(mroce_qp_modify_check(IB_QPT_RC, c.from, &a, c.mask, &s), 0) << c.what << " (unspoiled)";
     c.spoil(a);
-    EXPECT_EQ(mroce_qp_modify_check(c.from, &a, c.mask, &s), -EINVAL) << c.what;
+    EXPECT_EQ(mroce_qp_modify_check(IB_QPT_RC, c.from, &a, c.mask, &s), -EINVAL) << c.what;
   }
 }
 

@@ -9,6 +9,8 @@
 #   datapath.sh blackhole     a path blackholed mid-transfer
 #   datapath.sh peer-killed   the server killed mid-transfer: the client gets RETRY_EXC_ERR
 #   datapath.sh stray         garbage thrown at a live endpoint during a transfer
+#   datapath.sh mtu           the defaults fit the links (1500 bytes, then jumbo frames): active
+#                             MTU, whole-frame packets, no IP fragment; a smaller path_mtu per QP
 #
 # Environment (from tests/netns/meson.build): METAROCE_FABRIC, METAROCE_RUN,
 # METAROCE_PERF, UDP_BLASTER.
@@ -28,10 +30,6 @@ at_exit stop_all
 
 # on HOST CMD...: runs CMD in host HOST's namespace with the launcher, device
 # mr0 on that host's eth0.
-
-# The veths have a 1500-byte MTU: 1400-byte payloads keep datagrams whole
-# (IP fragments would defeat the ECMP hash).
-RUN_ARGS="--mtu 1400 ${RUN_ARGS:-}"
 
 # pair TIMEOUT SERVER_HOST CLIENT_HOST PORT PROGRAM ARGS...: server in the
 # background, client in the foreground; both must exit 0. Output in $WORK.
@@ -58,6 +56,33 @@ perftest_bw() { awk '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+/ { print $4 }' "$1" | 
 fab up --hosts 2 --paths 4 >/dev/null
 
 case $scenario in
+mtu)
+    # l2r_bytes_per_packet: average size of the packets offered left->right
+    # (the client's data) since the counters read into $WORK/l2r.
+    l2r_counts() { fab status --json | json - 'str(sum(p["left_to_right"]["offered_bytes"] for p in d["paths"])) + " " + str(sum(p["left_to_right"]["offered_packets"] for p in d["paths"]))'; }
+    fragments() { fab status --json | json - 'd["fragments"]'; }
+    check_frames() {  # LINK_MTU IB_MTU MIN_AVG MAX_AVG [PERFTEST_ARGS...]
+        local link=$1 ib=$2 lo=$3 hi=$4 b0 p0 b1 p1 avg frag0; shift 4
+        ip netns exec "${PREFIX}-h0" "$RUN" --dev mr0=eth0 ibv_devinfo -d mr0 >"$WORK/devinfo" 2>&1 ||
+            { cat "$WORK/devinfo" >&2; fail "ibv_devinfo failed"; }
+        grep -Eq "active_mtu:[[:space:]]+$ib " "$WORK/devinfo" ||
+            fail "MTU $link: the port reports $(grep active_mtu "$WORK/devinfo"), not $ib"
+        read -r b0 p0 < <(l2r_counts)
+        frag0=$(fragments)
+        pair 120 h1 h0 $((18600 + RANDOM % 300)) ib_write_bw -d mr0 -x 0 -s 65536 -n 2000 -F "$@"
+        rm -f "$WORK"/ib_write_bw-*
+        read -r b1 p1 < <(l2r_counts)
+        avg=$(( (b1 - b0) / (p1 - p0) ))
+        (( $(fragments) == frag0 )) || fail "MTU $link $*: $(( $(fragments) - frag0 )) IP fragments crossed the fabric"
+        between "$avg" "$lo" "$hi" || fail "MTU $link $*: data packets average $avg bytes, not $lo..$hi"
+        pass "MTU $link $*: port MTU $ib, data packets of $avg bytes on average, no IP fragment"
+    }
+    check_frames 1500 1024 1400 1500
+    # A QP whose path_mtu is below the port's sends packets of that MTU.
+    check_frames 1500 1024 540 620 -m 512
+    fab up --hosts 2 --paths 4 --jumbo >/dev/null
+    check_frames 9000 4096 8000 9000
+    ;;
 perftest)
     for loss in 0 0.01; do
         fab set all --loss "$loss"

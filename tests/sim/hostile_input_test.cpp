@@ -65,7 +65,16 @@ class HostileInput : public ::testing::Test {
     return h;
   }
 
-  void inject(transport::PeerId from, const std::vector<uint8_t>& datagram) {
+  // Delivers `datagram` to B as if `from` sent it, framed as A frames what
+  // it sends to B (epochs, A's next packet number, the CRC) unless `raw`.
+  void inject(transport::PeerId from, std::vector<uint8_t> datagram, bool raw = false) {
+    if (!raw) {
+      const size_t length = datagram.size();
+      datagram.resize(length + wire::kMaxTrailerBytes);
+      const size_t framed = a().seal_datagram(rig_->node_b(), datagram, length);
+      ASSERT_GT(framed, 0u);
+      datagram.resize(framed);
+    }
     b().on_datagram(rig_->sim().now(), from, datagram, false);
   }
 
@@ -119,7 +128,7 @@ TEST_F(HostileInput, StrayDatagramsOnlyCountDrops) {
   const wire::DataHeader good = write_header(1, 16);
 
   // Malformed: garbage and a truncated data header.
-  inject(rig_->node_a(), {1, 2, 3});
+  inject(rig_->node_a(), {1, 2, 3}, true);
   std::vector<uint8_t> truncated = data_packet(good, std::vector<uint8_t>(16, 1));
   truncated.resize(20);
   inject(rig_->node_a(), truncated);
@@ -155,24 +164,27 @@ TEST_F(HostileInput, StrayDatagramsOnlyCountDrops) {
 }
 
 TEST_F(HostileInput, InconsistentPlacementIsRefusedAndNaked) {
-  // Two packets of one message disagreeing on its length: the second is refused.
-  wire::DataHeader first = write_header(1, 8192);
-  first.path_seq = 0;
-  inject(rig_->node_a(), data_packet(first, std::vector<uint8_t>(4096, 0x33)));
-  wire::DataHeader liar = write_header(1, 60'000);
-  liar.path_seq = 1;
-  liar.offset = 4096;
-  inject(rig_->node_a(), data_packet(liar, std::vector<uint8_t>(4096, 0x44)));
-  EXPECT_EQ(b().counters().rx_drop_bad_request, 1u);
-  EXPECT_GT(b().counters().tx_naks + replies(), 0u);
-  for (size_t i = 4096; i < 8192; ++i) ASSERT_EQ(sink_[i], 0x22);
   // A chunk whose payload is not the MTU-sized piece its offset implies.
   wire::DataHeader odd = write_header(2, 8192);
-  odd.path_seq = 2;
+  odd.path_seq = 0;
   odd.offset = 100;
   inject(rig_->node_a(), data_packet(odd, std::vector<uint8_t>(50, 0x55)));
-  EXPECT_EQ(b().counters().rx_drop_bad_request, 2u);
+  EXPECT_EQ(b().counters().rx_drop_bad_request, 1u);
   for (size_t i = 0; i < 200; ++i) ASSERT_NE(sink_[i], 0x55);
+  // Two packets of one message disagreeing on its length: the second is refused.
+  wire::DataHeader first = write_header(1, 8192);
+  first.path_seq = 1;
+  inject(rig_->node_a(), data_packet(first, std::vector<uint8_t>(4096, 0x33)));
+  wire::DataHeader liar = write_header(1, 60'000);
+  liar.path_seq = 2;
+  liar.offset = 4096;
+  inject(rig_->node_a(), data_packet(liar, std::vector<uint8_t>(4096, 0x44)));
+  EXPECT_EQ(b().counters().rx_drop_bad_request, 2u);
+  EXPECT_GT(b().counters().tx_naks + replies(), 0u);
+  for (size_t i = 4096; i < 8192; ++i) ASSERT_EQ(sink_[i], 0x22);
+  // The stream reached a request it cannot carry out: the QP is in error,
+  // as an RDMA NIC's responder is after an invalid request.
+  EXPECT_EQ(b().qp_state(qp_.qp_b), transport::QpState::Error);
 }
 
 }  // namespace

@@ -348,6 +348,159 @@ TEST_F(VerbsSemantics, VerbsTimeoutBoundsTheTimeToNoticeADeadPeer) {
   EXPECT_LT(rig_->sim().now(), 4 * config.timeout_ns + config.timeout_ns / 2);
 }
 
+TEST_F(VerbsSemantics, RetryStateIsPerQueuePair) {
+  // Two QPs share the connection; the peer's second QP is gone. The first
+  // QP's progress must not keep the second retrying: it gets RETRY_EXC_ERR
+  // after its own retry_cnt + 1 timeouts while the first still moves data.
+  QpConfig config;
+  config.retry_cnt = 3;
+  config.timeout_ns = 100'000;
+  make(0, 0, config, 32 << 20);
+  const QpPair second = rig_->connect_qps(config, kPd);
+  ASSERT_EQ(b().destroy_qp(second.qp_b), PostResult::Ok);
+  for (uint64_t i = 0; i < 256; ++i)
+    ASSERT_EQ(a().post_send(qp_.qp_a, write(i, i * 100'000, 100'000, i * 100'000)), PostResult::Ok);
+  SendWr lost = write(1000, 0, 4096, 0);
+  ASSERT_EQ(a().post_send(second.qp_a, lost), PostResult::Ok);
+  const auto failed = wait(a(), second.cq_a, 1);
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_EQ(failed[0].status, WcStatus::RetryExceeded);
+  EXPECT_EQ(a().qp_state(second.qp_a), QpState::Error);
+  EXPECT_LT(a().cq_depth(qp_.cq_a), 256u) << "the first QP was still busy when the second failed";
+  const auto first = wait(a(), qp_.cq_a, 256);
+  ASSERT_EQ(first.size(), 256u);
+  for (const Completion& c : first) EXPECT_EQ(c.status, WcStatus::Success);
+}
+
+TEST_F(VerbsSemantics, AnIdleQueuePairsFirstRequestHasItsWholeRetryBudget) {
+  // retry_cnt 0: the first timeout fails the request. An idle period before
+  // the first post must not count as one.
+  QpConfig config;
+  config.retry_cnt = 0;
+  make(0, 0, config);
+  rig_->sim().run_until(rig_->sim().now() + 10'000'000);
+  ASSERT_EQ(a().post_send(qp_.qp_a, write(1, 0, 100'000, 0)), PostResult::Ok);
+  const auto done = wait(a(), qp_.cq_a, 1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, WcStatus::Success);
+}
+
+TEST_F(VerbsSemantics, SendLongerThanTheReceiveBufferIsALengthErrorOnBothSides) {
+  make(0);
+  RecvWr small;
+  small.wr_id = 50;
+  small.num_sge = 1;
+  small.sg[0] = {addr(bbuf_.data()), 100, bkey_};
+  ASSERT_EQ(b().post_recv(qp_.qp_b, small), PostResult::Ok);
+  RecvWr next = small;
+  next.wr_id = 51;
+  ASSERT_EQ(b().post_recv(qp_.qp_b, next), PostResult::Ok);
+  SendWr wr;
+  wr.wr_id = 1;
+  wr.opcode = WrOpcode::Send;
+  wr.num_sge = 1;
+  wr.sg[0] = {addr(abuf_.data()), 1000, akey_};
+  ASSERT_EQ(a().post_send(qp_.qp_a, wr), PostResult::Ok);
+  const auto sent = wait(a(), qp_.cq_a, 1);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].status, WcStatus::RemoteInvalidRequest);
+  const auto received = wait(b(), qp_.cq_b, 2);
+  ASSERT_EQ(received.size(), 2u);
+  EXPECT_EQ(received[0].wr_id, 50u);
+  EXPECT_EQ(received[0].status, WcStatus::LocalLengthError);
+  EXPECT_EQ(received[1].wr_id, 51u);
+  EXPECT_EQ(received[1].status, WcStatus::WorkRequestFlushed);
+  EXPECT_EQ(b().qp_state(qp_.qp_b), QpState::Error);
+  EXPECT_EQ(a().qp_state(qp_.qp_a), QpState::Error);
+}
+
+TEST_F(VerbsSemantics, AReceiveWithABadLkeyIsAProtectionErrorAndTheLostNakIsResent) {
+  // The responder cannot use the receive WQE; its first NAK (and every ACK)
+  // is lost. The NAK must come again for the requester's next attempt, not
+  // leave it resending until its retries run out.
+  make(0);
+  const std::vector<uint8_t> before(bbuf_.begin(), bbuf_.begin() + 3000);
+  RecvWr bad;
+  bad.wr_id = 60;
+  bad.num_sge = 1;
+  bad.sg[0] = {addr(bbuf_.data()), 4096, bkey_ + 1};
+  ASSERT_EQ(b().post_recv(qp_.qp_b, bad), PostResult::Ok);
+  for (LinkId link : rig_->links().reverse) {
+    LinkParams p = rig_->sim().link(link);
+    p.blackholes.emplace_back(0, 200'000);
+    rig_->sim().set_link(link, p);
+  }
+  SendWr wr;
+  wr.wr_id = 2;
+  wr.opcode = WrOpcode::Send;
+  wr.num_sge = 1;
+  wr.sg[0] = {addr(abuf_.data()), 3000, akey_};
+  ASSERT_EQ(a().post_send(qp_.qp_a, wr), PostResult::Ok);
+  const auto sent = wait(a(), qp_.cq_a, 1);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].status, WcStatus::RemoteOperationError);
+  EXPECT_GE(b().counters().tx_naks, 2u);
+  const auto received = wait(b(), qp_.cq_b, 1);
+  ASSERT_EQ(received.size(), 1u);
+  EXPECT_EQ(received[0].status, WcStatus::LocalProtectionError);
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), bbuf_.begin()));
+}
+
+TEST_F(VerbsSemantics, ZeroLengthRdmaIgnoresTheKey) {
+  make(0);
+  SendWr wr = write(1, 0, 0, 0);
+  wr.rkey = 0xdead;
+  wr.num_sge = 0;
+  ASSERT_EQ(a().post_send(qp_.qp_a, wr), PostResult::Ok);
+  SendWr read = wr;
+  read.wr_id = 2;
+  read.opcode = WrOpcode::RdmaRead;
+  ASSERT_EQ(a().post_send(qp_.qp_a, read), PostResult::Ok);
+  const auto done = wait(a(), qp_.cq_a, 2);
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].status, WcStatus::Success);
+  EXPECT_EQ(done[1].status, WcStatus::Success);
+}
+
+TEST_F(VerbsSemantics, ReadsCompleteOneAtATimeUnderHeavyResponseLoss) {
+  // max_rd_atomic 1: every READ's slot must come back, whatever the
+  // response path loses and however often a READ is resent.
+  QpConfig config;
+  config.max_rd_atomic = 1;
+  make(0, 0, config, 8 << 20);
+  for (LinkId link : rig_->links().reverse) {
+    LinkParams p = rig_->sim().link(link);
+    p.loss = 0.3;
+    rig_->sim().set_link(link, p);
+  }
+  for (uint64_t i = 0; i < 20; ++i) {
+    SendWr wr;
+    wr.wr_id = i;
+    wr.opcode = WrOpcode::RdmaRead;
+    wr.num_sge = 1;
+    wr.sg[0] = {addr(abuf_.data() + i * 65'536), 65'536, akey_};
+    wr.remote_addr = addr(bbuf_.data() + i * 65'536);
+    wr.rkey = bkey_;
+    ASSERT_EQ(a().post_send(qp_.qp_a, wr), PostResult::Ok);
+  }
+  const auto done = wait(a(), qp_.cq_a, 20, 2'000'000'000);
+  ASSERT_EQ(done.size(), 20u);
+  for (const Completion& c : done) EXPECT_EQ(c.status, WcStatus::Success) << c.wr_id;
+  EXPECT_EQ(std::memcmp(abuf_.data(), bbuf_.data(), 20 * 65'536), 0);
+}
+
+TEST_F(VerbsSemantics, DeregisteringTheSourceOfAnOutstandingWriteFailsIt) {
+  // Retransmissions gather from the SGEs again: they must not read a
+  // region the application deregistered (and may have freed).
+  make(0.05);
+  ASSERT_EQ(a().post_send(qp_.qp_a, write(1, 0, 2 << 20, 0)), PostResult::Ok);
+  ASSERT_TRUE(a().memory().deregister(akey_));
+  const auto done = wait(a(), qp_.cq_a, 1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, WcStatus::LocalProtectionError);
+  EXPECT_EQ(a().qp_state(qp_.qp_a), QpState::Error);
+}
+
 struct AccessCase {
   const char* name;
   WrOpcode opcode;

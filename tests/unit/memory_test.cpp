@@ -103,10 +103,6 @@ TEST(MemoryRegistry, StaleKeyOfReusedSlotIsRejected) {
   const auto second = reg.register_region(1, 0x1000, 4096, kAllAccess);
   ASSERT_TRUE(second.has_value());
 
-  // memory.cpp documents the key as slot index (upper 24 bits) plus an 8-bit
-  // generation; the freed slot is reused, so only the generation tells the
-  // stale key apart.
-  EXPECT_EQ(*first >> 8, *second >> 8) << "expected the freed slot to be reused";
   ASSERT_NE(*first, *second);
 
   EXPECT_EQ(reg.find(*first), nullptr);
@@ -121,8 +117,9 @@ TEST(MemoryRegistry, StaleKeyOfReusedSlotIsRejected) {
 TEST(MemoryRegistry, RepeatedReuseNeverRevivesAnOldKey) {
   MemoryRegistry reg;
   std::vector<uint32_t> old_keys;
-  // Fewer cycles than the 8-bit generation space, so every key must differ.
-  for (int cycle = 0; cycle < 200; ++cycle) {
+  // A slot's tag takes 4096 values and a freed slot waits for 64 others, so
+  // no key comes back within this many cycles.
+  for (int cycle = 0; cycle < 3000; ++cycle) {
     const auto key = reg.register_region(2, 0x4000, 256, kAccessLocalWrite);
     ASSERT_TRUE(key.has_value());
     for (uint32_t stale : old_keys) {

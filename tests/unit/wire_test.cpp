@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 //
-// Unit tests of the v0.1 wire encoder/decoder (include/metaroce/wire.h).
+// Unit tests of the v0.2 wire encoder/decoder (include/metaroce/wire.h).
 #include "metaroce/wire.h"
 
 #include <gtest/gtest.h>
@@ -223,18 +223,21 @@ void check_data_round_trip(const DataCase& c) {
 // Sizes and names.
 
 TEST(WireLayout, HeaderSizes) {
-  EXPECT_EQ(kCommonHeaderBytes, 8u);
-  EXPECT_EQ(kDataHeaderBytes, 56u);
-  EXPECT_EQ(data_header_bytes(Opcode::Send), 56u);
-  EXPECT_EQ(data_header_bytes(Opcode::SendImm), 56u);
-  EXPECT_EQ(data_header_bytes(Opcode::Write), 56u);
-  EXPECT_EQ(data_header_bytes(Opcode::WriteImm), 56u);
-  EXPECT_EQ(data_header_bytes(Opcode::ReadRequest), 72u);
-  EXPECT_EQ(data_header_bytes(Opcode::ReadResponse), 56u);
-  EXPECT_EQ(data_header_bytes(Opcode::FetchAdd), 72u);
-  EXPECT_EQ(data_header_bytes(Opcode::CompareSwap), 72u);
-  EXPECT_EQ(data_header_bytes(Opcode::AtomicResponse), 64u);
-  EXPECT_EQ(kMaxAckBytes, 8u + 16u + 16u * 44u + 32u * 8u);
+  EXPECT_EQ(kCommonHeaderBytes, 20u);
+  EXPECT_EQ(kDataHeaderBytes, 68u);
+  EXPECT_EQ(data_header_bytes(Opcode::Send), 68u);
+  EXPECT_EQ(data_header_bytes(Opcode::SendImm), 68u);
+  EXPECT_EQ(data_header_bytes(Opcode::Write), 68u);
+  EXPECT_EQ(data_header_bytes(Opcode::WriteImm), 68u);
+  EXPECT_EQ(data_header_bytes(Opcode::ReadRequest), 84u);
+  EXPECT_EQ(data_header_bytes(Opcode::ReadResponse), 68u);
+  EXPECT_EQ(data_header_bytes(Opcode::FetchAdd), 84u);
+  EXPECT_EQ(data_header_bytes(Opcode::CompareSwap), 84u);
+  EXPECT_EQ(data_header_bytes(Opcode::AtomicResponse), 76u);
+  EXPECT_EQ(kMaxAckBytes, 20u + 16u + 16u * 44u + 32u * 8u);
+  // A 1400-byte payload with the integrity trailer fills a 1500-byte
+  // Ethernet frame's IPv4/UDP payload exactly.
+  EXPECT_EQ(kDataHeaderBytes + 1400 + trailer_bytes(Security::Integrity), 1500u - 20u - 8u);
 }
 
 TEST(WireNames, DecodeStatusNamesAreDistinct) {
@@ -381,7 +384,7 @@ TEST(WireRoundTrip, AckEveryCountCombination) {
       ack.path_count = paths;
       ack.stream_count = streams;
       const Bytes bytes = make_ack(3, ack);
-      EXPECT_EQ(bytes.size(), 24u + 44u * paths + 8u * streams);
+      EXPECT_EQ(bytes.size(), 36u + 44u * paths + 8u * streams);
       Packet p;
       ASSERT_EQ(decode_all(bytes, p), DecodeStatus::Ok);
       expect_ack_eq(p.ack, ack);
@@ -391,7 +394,7 @@ TEST(WireRoundTrip, AckEveryCountCombination) {
 
 TEST(WireRoundTrip, NakEveryKind) {
   for (NakKind kind : {NakKind::ReceiverNotReady, NakKind::RemoteAccess,
-                       NakKind::InvalidRequest, NakKind::Sequence}) {
+                       NakKind::InvalidRequest, NakKind::Sequence, NakKind::RemoteOperational}) {
     for (bool extreme : {false, true}) {
       Nak nak;
       nak.kind = kind;
@@ -434,7 +437,7 @@ TEST(WireGolden, WriteImmDataPacket) {
   h.path_seq = 0x03040506;
   h.opcode = Opcode::WriteImm;
   h.flags = kFlagAckRequest | kFlagRetransmit;
-  h.attempt = 0x07;
+  h.attempt = 0x0607;
   h.dst_qpn = 0x08090A0B;
   h.src_qpn = 0x0C0D0E0F;
   h.msn = 0x10111213;
@@ -445,39 +448,56 @@ TEST(WireGolden, WriteImmDataPacket) {
   h.rkey = 0x2C2D2E2F;
   h.imm = 0x30313233;
   const Bytes payload = {0xDE, 0xAD, 0xBE};
-  const Bytes got = make_data({0x0025, 0x12B8}, h, nullptr, nullptr, nullptr, payload);
+  const Bytes got = make_data({0x0025, 0x12B8, 0xA05C}, h, nullptr, nullptr, nullptr, payload);
 
   const Bytes want = {
       // common header
-      0x01,                    //  0 version
+      0x02,                    //  0 version
       0x01,                    //  1 type = Data
-      0x00, 0x25,              //  2 path_id
+      0x00,                    //  2 security (stamped later)
+      0x25,                    //  3 path_id
       0x12, 0xB8,              //  4 home_port (4792)
-      0x00, 0x00,              //  6 reserved
+      0xA0, 0x5C,              //  6 heard_paths
+      0x00, 0x00, 0x00, 0x00,  //  8 src_epoch (stamped later)
+      0x00, 0x00, 0x00, 0x00,  // 12 dst_epoch (stamped later)
+      0x00, 0x00, 0x00, 0x00,  // 16 packet_number (stamped later)
       // data header
-      0x03, 0x04, 0x05, 0x06,  //  8 path_seq
-      0x03,                    // 12 opcode = WRITE_IMM
-      0x03,                    // 13 flags
-      0x07,                    // 14 attempt
-      0x00,                    // 15 reserved
-      0x08, 0x09, 0x0A, 0x0B,  // 16 dst_qpn
-      0x0C, 0x0D, 0x0E, 0x0F,  // 20 src_qpn
-      0x10, 0x11, 0x12, 0x13,  // 24 msn
-      0x14, 0x15, 0x16, 0x17,  // 28 recv_index
-      0x20, 0x21, 0x22, 0x23,  // 32 msg_length
-      0x1C, 0x1D, 0x1E, 0x1F,  // 36 offset
-      0x24, 0x25, 0x26, 0x27, 0x28, 0x29, 0x2A, 0x2B,  // 40 remote_addr
-      0x2C, 0x2D, 0x2E, 0x2F,  // 48 rkey
-      0x30, 0x31, 0x32, 0x33,  // 52 imm
-      0xDE, 0xAD, 0xBE,        // 56 payload
+      0x03, 0x04, 0x05, 0x06,  // 20 path_seq
+      0x03,                    // 24 opcode = WRITE_IMM
+      0x03,                    // 25 flags
+      0x06, 0x07,              // 26 attempt
+      0x08, 0x09, 0x0A, 0x0B,  // 28 dst_qpn
+      0x0C, 0x0D, 0x0E, 0x0F,  // 32 src_qpn
+      0x10, 0x11, 0x12, 0x13,  // 36 msn
+      0x14, 0x15, 0x16, 0x17,  // 40 recv_index
+      0x20, 0x21, 0x22, 0x23,  // 44 msg_length
+      0x1C, 0x1D, 0x1E, 0x1F,  // 48 offset
+      0x24, 0x25, 0x26, 0x27, 0x28, 0x29, 0x2A, 0x2B,  // 52 remote_addr
+      0x2C, 0x2D, 0x2E, 0x2F,  // 60 rkey
+      0x30, 0x31, 0x32, 0x33,  // 64 imm
+      0xDE, 0xAD, 0xBE,        // 68 payload
   };
   EXPECT_EQ(got, want);
+
+  // stamp_common fills in what the framing adds.
+  Bytes stamped = got;
+  stamp_common(stamped, Security::Encrypt, 0xA1A2A3A4, 0xB1B2B3B4, 0xC1C2C3C4);
+  const Bytes want_common = {0x02, 0x01, 0x02, 0x25, 0x12, 0xB8, 0xA0, 0x5C, 0xA1, 0xA2,
+                             0xA3, 0xA4, 0xB1, 0xB2, 0xB3, 0xB4, 0xC1, 0xC2, 0xC3, 0xC4};
+  EXPECT_EQ(Bytes(stamped.begin(), stamped.begin() + 20), want_common);
+  CommonHeader c;
+  ASSERT_EQ(decode_common(stamped, c), DecodeStatus::Ok);
+  EXPECT_EQ(c.security, Security::Encrypt);
+  EXPECT_EQ(c.src_epoch, 0xA1A2A3A4u);
+  EXPECT_EQ(c.dst_epoch, 0xB1B2B3B4u);
+  EXPECT_EQ(c.packet_number, 0xC1C2C3C4u);
 
   Packet p;
   ASSERT_EQ(decode_all(want, p), DecodeStatus::Ok);
   expect_data_eq(p.data, h);
   EXPECT_EQ(p.common.path_id, 0x25);
   EXPECT_EQ(p.common.home_port, 4792);
+  EXPECT_EQ(p.common.heard_paths, 0xA05C);
   EXPECT_EQ(peek_home_port(want), std::optional<uint16_t>(4792));
   EXPECT_EQ(peek_home_port(Bytes(want.begin(), want.begin() + 7)), std::nullopt);
   EXPECT_EQ(Bytes(p.payload.begin(), p.payload.end()), payload);
@@ -489,13 +509,13 @@ TEST(WireGolden, CompareSwapExtension) {
   h.msg_length = 8;
   const AtomicRequest atomic{0x0102030405060708ull, 0x1112131415161718ull};
   const Bytes got = make_data(1, h, nullptr, &atomic, nullptr, {});
-  ASSERT_EQ(got.size(), 72u);
-  const Bytes ext(got.begin() + 56, got.end());
-  const Bytes want = {0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08,   // 56 compare_add
-                      0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18};  // 64 swap
+  ASSERT_EQ(got.size(), 84u);
+  const Bytes ext(got.begin() + 68, got.end());
+  const Bytes want = {0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08,   // 68 compare_add
+                      0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18};  // 76 swap
   EXPECT_EQ(ext, want);
-  EXPECT_EQ(got[12], 7);                                            // opcode
-  EXPECT_EQ(Bytes(got.begin() + 32, got.begin() + 36), (Bytes{0, 0, 0, 8}));  // msg_length
+  EXPECT_EQ(got[24], 7);                                            // opcode
+  EXPECT_EQ(Bytes(got.begin() + 44, got.begin() + 48), (Bytes{0, 0, 0, 8}));  // msg_length
 }
 
 TEST(WireGolden, ReadRequestExtension) {
@@ -504,11 +524,11 @@ TEST(WireGolden, ReadRequestExtension) {
   h.msg_length = 0x00010000;
   const ReadRequest read{0xA1A2A3A4A5A6A7A8ull, 0xB1B2B3B4};
   const Bytes got = make_data(1, h, &read, nullptr, nullptr, {});
-  ASSERT_EQ(got.size(), 72u);
-  const Bytes want = {0xA1, 0xA2, 0xA3, 0xA4, 0xA5, 0xA6, 0xA7, 0xA8,   // 56 sink_addr
-                      0xB1, 0xB2, 0xB3, 0xB4,                           // 64 sink_key
-                      0x00, 0x00, 0x00, 0x00};                          // 68 reserved
-  EXPECT_EQ(Bytes(got.begin() + 56, got.end()), want);
+  ASSERT_EQ(got.size(), 84u);
+  const Bytes want = {0xA1, 0xA2, 0xA3, 0xA4, 0xA5, 0xA6, 0xA7, 0xA8,   // 68 sink_addr
+                      0xB1, 0xB2, 0xB3, 0xB4,                           // 76 sink_key
+                      0x00, 0x00, 0x00, 0x00};                          // 80 reserved
+  EXPECT_EQ(Bytes(got.begin() + 68, got.end()), want);
 }
 
 TEST(WireGolden, AckPacket) {
@@ -530,21 +550,21 @@ TEST(WireGolden, AckPacket) {
 
   Bytes want = {
       // common header
-      0x01, 0x02, 0x00, 0x03, 0x00, 0x00, 0x00, 0x00,
+      0x02, 0x02, 0x00, 0x03, 0x00, 0x00, 0x00, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
       // ack header
-      0x01,                    //  8 path_blocks
-      0x01,                    //  9 stream_entries
-      0x00, 0x00,              // 10 reserved
-      0x01, 0x02, 0x03, 0x04,  // 12 rate_hint_mbps
-      0x05, 0x06, 0x07, 0x08,  // 16 ack_delay_ns
-      0x00, 0x00, 0x00, 0x00,  // 20 reserved2
+      0x01,                    // 20 path_blocks
+      0x01,                    // 21 stream_entries
+      0x00, 0x00,              // 22 reserved
+      0x01, 0x02, 0x03, 0x04,  // 24 rate_hint_mbps
+      0x05, 0x06, 0x07, 0x08,  // 28 ack_delay_ns
+      0x00, 0x00, 0x00, 0x00,  // 32 reserved2
       // path block 0
-      0x00, 0x09,              // 24 path_id
-      0x0E, 0x0F,              // 26 holding (256 ns units)
-      0x0A, 0x0B, 0x0C, 0x0D,  // 28 ce_count
-      0x11, 0x22, 0x33, 0x44,  // 32 highest_seq
+      0x00, 0x09,              // 36 path_id
+      0x0E, 0x0F,              // 38 holding (256 ns units)
+      0x0A, 0x0B, 0x0C, 0x0D,  // 40 ce_count
+      0x11, 0x22, 0x33, 0x44,  // 44 highest_seq
   };
-  // 36 bitmap: bit 0 -> byte 0 bit 0; bit 9 -> byte 1 bit 1; bit 70 -> byte 8
+  // 48 bitmap: bit 0 -> byte 0 bit 0; bit 9 -> byte 1 bit 1; bit 70 -> byte 8
   // bit 6; bit 255 -> byte 31 bit 7.
   Bytes bitmap(32, 0);
   bitmap[0] = 0x01;
@@ -552,10 +572,10 @@ TEST(WireGolden, AckPacket) {
   bitmap[8] = 0x40;
   bitmap[31] = 0x80;
   want.insert(want.end(), bitmap.begin(), bitmap.end());
-  // 68 stream entry 0
+  // 80 stream entry 0
   const Bytes stream = {0x55, 0x66, 0x77, 0x88, 0x99, 0xAA, 0xBB, 0xCC};
   want.insert(want.end(), stream.begin(), stream.end());
-  ASSERT_EQ(want.size(), 76u);
+  ASSERT_EQ(want.size(), 88u);
   EXPECT_EQ(got, want);
 
   Packet p;
@@ -570,40 +590,40 @@ TEST(WireGolden, AckPacket) {
 TEST(WireGolden, NakAndProbe) {
   Nak nak;
   nak.kind = NakKind::ReceiverNotReady;
-  nak.attempt = 2;
+  nak.attempt = 0x0102;
   nak.data_path_id = 0x0011;
   nak.qpn = 0x01020304;
   nak.msn = 0x05060708;
   nak.expected_seq = 0;
   nak.rnr_delay_ns = 0x0A0B0C0D;
-  const Bytes want_nak = {0x01, 0x03, 0x00, 0x02, 0, 0, 0, 0,
-                          0x01, 0x02, 0x00, 0x11,   //  8 kind, attempt, data_path_id
-                          0x01, 0x02, 0x03, 0x04,   // 12 qpn
-                          0x05, 0x06, 0x07, 0x08,   // 16 msn
-                          0x00, 0x00, 0x00, 0x00,   // 20 expected_seq
-                          0x0A, 0x0B, 0x0C, 0x0D};  // 24 rnr_delay_ns
+  const Bytes want_nak = {0x02, 0x03, 0x00, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                          0x01, 0x11, 0x01, 0x02,   // 20 kind, data_path_id, attempt
+                          0x01, 0x02, 0x03, 0x04,   // 24 qpn
+                          0x05, 0x06, 0x07, 0x08,   // 28 msn
+                          0x00, 0x00, 0x00, 0x00,   // 32 expected_seq
+                          0x0A, 0x0B, 0x0C, 0x0D};  // 36 rnr_delay_ns
   EXPECT_EQ(make_nak(2, nak), want_nak);
 
   const Probe probe{0x01020304, 0x1122334455667788ull};
-  const Bytes want_probe = {0x01, 0x05, 0x00, 0x3F, 0, 0, 0, 0,
-                            0x01, 0x02, 0x03, 0x04,   //  8 probe_seq
-                            0x00, 0x00, 0x00, 0x00,   // 12 reserved
-                            0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88};  // 16 timestamp
+  const Bytes want_probe = {0x02, 0x05, 0x00, 0x3F, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                            0x01, 0x02, 0x03, 0x04,   // 20 probe_seq
+                            0x00, 0x00, 0x00, 0x00,   // 24 reserved
+                            0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88};  // 28 timestamp
   EXPECT_EQ(make_probe(63, PacketType::ProbeReply, probe), want_probe);
 }
 
 TEST(WireDecode, ReservedFieldsIgnoredOnReceive) {
   Bytes data = encode_case(data_case(Opcode::ReadRequest, true, 0));
-  for (size_t i : {4, 5, 6, 7, 15, 68, 69, 70, 71}) data[i] = 0x5A;
+  for (size_t i : {80, 81, 82, 83}) data[i] = 0x5A;
   Packet p;
   EXPECT_EQ(decode_all(data, p), DecodeStatus::Ok);
 
   Bytes ack = make_ack(0, full_ack(false, 1));
-  for (size_t i : {10, 11, 20, 21, 22, 23, 26, 27}) ack[i] = 0xFF;
+  for (size_t i : {22, 23, 32, 33, 34, 35}) ack[i] = 0xFF;
   EXPECT_EQ(decode_all(ack, p), DecodeStatus::Ok);
 
   Bytes probe = make_probe(0, PacketType::Probe, {1, 2});
-  for (size_t i = 12; i < 16; ++i) probe[i] = 0xEE;
+  for (size_t i = 24; i < 28; ++i) probe[i] = 0xEE;
   EXPECT_EQ(decode_all(probe, p), DecodeStatus::Ok);
 }
 
@@ -681,9 +701,12 @@ Bytes valid_write() { return encode_case(data_case(Opcode::Write, false, 16)); }
 TEST(WireErrors, Truncated) {
   Packet p;
   EXPECT_EQ(decode(std::span<const uint8_t>{}, p), DecodeStatus::Truncated);
-  const Bytes common = {kVersion, 1, 0, 0, 0, 0, 0};  // 7 bytes
+  Bytes common(kCommonHeaderBytes - 1, 0);
+  common[0] = kVersion;
+  common[1] = 1;
   EXPECT_EQ(decode_all(common, p), DecodeStatus::Truncated);
-  Bytes just_common = {kVersion, 1, 0, 0, 0, 0, 0, 0};
+  Bytes just_common(kCommonHeaderBytes, 0);
+  just_common[0] = kVersion;
   for (uint8_t type = 1; type <= 5; ++type) {
     just_common[1] = type;
     EXPECT_EQ(decode_all(just_common, p), DecodeStatus::Truncated) << int{type};
@@ -692,35 +715,95 @@ TEST(WireErrors, Truncated) {
 
 TEST(WireErrors, BadVersion) {
   Packet p;
-  for (uint8_t v : {0, 2, 0xFF}) {
+  for (uint8_t v : {0, 1, 3, 0xFF}) {
     Bytes b = valid_write();
     b[0] = v;
     EXPECT_EQ(decode_all(b, p), DecodeStatus::BadVersion) << int{v};
   }
-  // Version is checked before anything else that fits in 8 bytes.
-  const Bytes bad = {2, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0};
+  // Version is checked before anything else in the common header.
+  Bytes bad(kCommonHeaderBytes, 0xFF);
+  bad[0] = 1;
   EXPECT_EQ(decode_all(bad, p), DecodeStatus::BadVersion);
 }
 
 TEST(WireErrors, BadType) {
   Packet p;
-  for (uint8_t t : {0, 6, 0x7F, 0xFF}) {
+  for (uint8_t t : {0, 7, 0x7F, 0xFF}) {
     Bytes b = valid_write();
     b[1] = t;
     EXPECT_EQ(decode_all(b, p), DecodeStatus::BadType) << int{t};
   }
 }
 
+// docs/spec.md 6a: common header, then {dst_qpn, src_qpn, qkey, imm, flags,
+// reserved[3]} big-endian, then the message.
+TEST(WireGolden, UdSend) {
+  UdHeader h;
+  h.dst_qpn = 0x00012001;
+  h.src_qpn = 0x00034002;
+  h.qkey = 0x11111111;
+  h.imm = 0xA1B2C3D4;
+  h.has_imm = true;
+  Bytes out(kUdHeaderBytes + 3, 0xAA);
+  ASSERT_EQ(encode_ud(out, {0, 0x12BB}, h, 3), kUdHeaderBytes);
+  out[kUdHeaderBytes] = 1;
+  out[kUdHeaderBytes + 1] = 2;
+  out[kUdHeaderBytes + 2] = 3;
+  const Bytes want = {2, 6, 0, 0, 0x12, 0xBB, 0, 0,          // common: version, type, security, path, home port, heard
+                      0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,    //   epochs and packet number (stamped at framing)
+                      0, 1, 0x20, 1, 0, 3, 0x40, 2,          // dst_qpn, src_qpn
+                      0x11, 0x11, 0x11, 0x11,                // qkey
+                      0xA1, 0xB2, 0xC3, 0xD4, 1, 0, 0, 0,    // imm, flags, reserved
+                      1, 2, 3};
+  EXPECT_EQ(out, want);
+  Packet p;
+  ASSERT_EQ(decode_all(want, p), DecodeStatus::Ok);
+  EXPECT_EQ(p.common.type, PacketType::UdSend);
+  EXPECT_EQ(p.common.home_port, 0x12BB);
+  EXPECT_EQ(p.ud.dst_qpn, h.dst_qpn);
+  EXPECT_EQ(p.ud.src_qpn, h.src_qpn);
+  EXPECT_EQ(p.ud.qkey, h.qkey);
+  EXPECT_TRUE(p.ud.has_imm);
+  EXPECT_EQ(p.ud.imm, h.imm);
+  EXPECT_EQ(Bytes(p.payload.begin(), p.payload.end()), (Bytes{1, 2, 3}));
+}
+
+TEST(WireErrors, UdSendTruncatedFlagsAndEmptyMessage) {
+  UdHeader h;
+  h.dst_qpn = 5;
+  Bytes out(kUdHeaderBytes, 0);
+  ASSERT_EQ(encode_ud(out, {0, 4792}, h, 0), kUdHeaderBytes);
+  Packet p;
+  ASSERT_EQ(decode_all(out, p), DecodeStatus::Ok);  // an empty message is a message
+  EXPECT_TRUE(p.payload.empty());
+  EXPECT_FALSE(p.ud.has_imm);
+  for (size_t len = kCommonHeaderBytes; len < kUdHeaderBytes; ++len)
+    EXPECT_EQ(decode_prefix(out, len, p), DecodeStatus::Truncated) << len;
+  Bytes flagged = out;
+  flagged[36] = 0x02;
+  EXPECT_EQ(decode_all(flagged, p), DecodeStatus::BadFlags);
+  // imm without the flag is not immediate data.
+  Bytes stray = out;
+  stray[32] = 0xFF;
+  ASSERT_EQ(decode_all(stray, p), DecodeStatus::Ok);
+  EXPECT_FALSE(p.ud.has_imm);
+  EXPECT_EQ(p.ud.imm, 0u);
+  EXPECT_EQ(encode_ud(std::span<uint8_t>(out.data(), kUdHeaderBytes - 1), {0, 4792}, h, 0), 0u);
+  EXPECT_EQ(encode_ud(out, {0, 4792}, h, 1), 0u);
+}
+
 TEST(WireErrors, BadPathInCommonHeader) {
   Packet p;
-  for (uint16_t id : {uint16_t{kMaxPaths}, uint16_t{0x0100}, uint16_t{0xFFFF}}) {
+  for (uint8_t id : {uint8_t{kMaxPaths}, uint8_t{0x80}, uint8_t{0xFF}}) {
     Bytes b = valid_write();
-    b[2] = static_cast<uint8_t>(id >> 8);
-    b[3] = static_cast<uint8_t>(id);
-    EXPECT_EQ(decode_all(b, p), DecodeStatus::BadPath) << id;
+    b[3] = id;
+    EXPECT_EQ(decode_all(b, p), DecodeStatus::BadPath) << int{id};
   }
   // Also for a datagram that is only a common header.
-  const Bytes only = {kVersion, 4, 0x00, 0x40, 0, 0, 0, 0};
+  Bytes only(kCommonHeaderBytes, 0);
+  only[0] = kVersion;
+  only[1] = 4;
+  only[3] = 0x40;
   EXPECT_EQ(decode_all(only, p), DecodeStatus::BadPath);
 }
 
@@ -741,7 +824,7 @@ TEST(WireErrors, BadOpcode) {
   Packet p;
   for (uint8_t op : {kOpcodeCount, uint8_t{0x7F}, uint8_t{0xFF}}) {
     Bytes b = valid_write();
-    b[12] = op;
+    b[24] = op;
     EXPECT_EQ(decode_all(b, p), DecodeStatus::BadOpcode) << int{op};
   }
 }
@@ -750,7 +833,7 @@ TEST(WireErrors, BadFlags) {
   Packet p;
   for (uint8_t f : {0x04, 0x08, 0x80, 0xFF}) {
     Bytes b = valid_write();
-    b[13] = f;
+    b[25] = f;
     EXPECT_EQ(decode_all(b, p), DecodeStatus::BadFlags) << int{f};
   }
 }
@@ -758,16 +841,16 @@ TEST(WireErrors, BadFlags) {
 TEST(WireErrors, BadCount) {
   Packet p;
   Bytes b = make_ack(0, full_ack(false, 2));
-  b[8] = kMaxAckPathBlocks + 1;
+  b[20] = kMaxAckPathBlocks + 1;
   EXPECT_EQ(decode_all(b, p), DecodeStatus::BadCount);
-  b[8] = kMaxAckPathBlocks;
-  b[9] = kMaxAckStreams + 1;
+  b[20] = kMaxAckPathBlocks;
+  b[21] = kMaxAckStreams + 1;
   EXPECT_EQ(decode_all(b, p), DecodeStatus::BadCount);
-  b[8] = 0xFF;
-  b[9] = 0xFF;
+  b[20] = 0xFF;
+  b[21] = 0xFF;
   EXPECT_EQ(decode_all(b, p), DecodeStatus::BadCount);
-  // Counts are checked before the length: a bare 24-byte ACK with big counts.
-  b.resize(24);
+  // Counts are checked before the length: a bare 36-byte ACK with big counts.
+  b.resize(36);
   EXPECT_EQ(decode_all(b, p), DecodeStatus::BadCount);
 }
 
@@ -828,9 +911,9 @@ TEST(WireErrors, BadLengthAtomicsAndRead) {
 
 TEST(WireErrors, BadNakKind) {
   Packet p;
-  for (uint8_t k : {0, 5, 0xFF}) {
+  for (uint8_t k : {0, 6, 0xFF}) {
     Bytes b = make_nak(0, Nak{});
-    b[8] = k;
+    b[20] = k;
     EXPECT_EQ(decode_all(b, p), DecodeStatus::BadNakKind) << int{k};
   }
 }
@@ -860,16 +943,23 @@ TEST(WireErrors, EveryStatusProduced) {
   std::vector<std::pair<Bytes, DecodeStatus>> cases;
   cases.push_back({valid_write(), DecodeStatus::Ok});
   cases.push_back({Bytes{kVersion, 1, 0}, DecodeStatus::Truncated});
-  cases.push_back({Bytes{9, 1, 0, 0, 0, 0, 0, 0}, DecodeStatus::BadVersion});
-  cases.push_back({Bytes{kVersion, 9, 0, 0, 0, 0, 0, 0}, DecodeStatus::BadType});
   Bytes b = valid_write();
-  b[12] = 42;
+  b[0] = 9;
+  cases.push_back({b, DecodeStatus::BadVersion});
+  b = valid_write();
+  b[1] = 9;
+  cases.push_back({b, DecodeStatus::BadType});
+  b = valid_write();
+  b[2] = kSecurityCount;
+  cases.push_back({b, DecodeStatus::BadSecurity});
+  b = valid_write();
+  b[24] = 42;
   cases.push_back({b, DecodeStatus::BadOpcode});
   b = valid_write();
-  b[13] = 0x10;
+  b[25] = 0x10;
   cases.push_back({b, DecodeStatus::BadFlags});
   b = make_ack(0, Ack{});
-  b[9] = 200;
+  b[21] = 200;
   cases.push_back({b, DecodeStatus::BadCount});
   b = valid_write();
   b.push_back(1);  // 17 bytes of a 16-byte message
@@ -878,7 +968,7 @@ TEST(WireErrors, EveryStatusProduced) {
   b[3] = 200;
   cases.push_back({b, DecodeStatus::BadPath});
   b = make_nak(0, Nak{});
-  b[8] = 77;
+  b[20] = 77;
   cases.push_back({b, DecodeStatus::BadNakKind});
   b = make_probe(0, PacketType::Probe, {});
   b.push_back(0);
@@ -974,11 +1064,13 @@ TEST(WireEncode, ReservedBytesWrittenAsZero) {
   // Buffers start as 0xAA; the golden tests check exact images, this checks
   // the reserved fields of the largest packets.
   const Bytes data = encode_case(data_case(Opcode::ReadRequest, true, 0));
-  for (size_t i : {4, 5, 6, 7, 15, 68, 69, 70, 71}) EXPECT_EQ(data[i], 0) << i;
+  // The encoders leave the security byte, epochs and packet number zero
+  // for stamp_common().
+  for (size_t i : {2, 8, 11, 12, 15, 16, 19, 80, 81, 82, 83}) EXPECT_EQ(data[i], 0) << i;
   const Bytes ack = make_ack(0, full_ack(true, 1));
-  for (size_t i : {4, 5, 6, 7, 10, 11, 20, 21, 22, 23}) EXPECT_EQ(ack[i], 0) << i;
+  for (size_t i : {2, 22, 23, 32, 33, 34, 35}) EXPECT_EQ(ack[i], 0) << i;
   const Bytes probe = make_probe(0, PacketType::Probe, {kMax32, kMax64});
-  for (size_t i = 12; i < 16; ++i) EXPECT_EQ(probe[i], 0) << i;
+  for (size_t i = 24; i < 28; ++i) EXPECT_EQ(probe[i], 0) << i;
 }
 
 // ---------------------------------------------------------------------------

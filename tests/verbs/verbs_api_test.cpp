@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -132,6 +133,10 @@ int to_init(ibv_qp* qp) {
   return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 }
 
+// Both ends number their messages from this PSN: a responder's rq_psn must
+// be its requester's sq_psn (docs/spec.md 8.6), as on InfiniBand.
+constexpr uint32_t kPsn = 0x123;
+
 int to_rtr(ibv_qp* qp, ibv_context* remote_ctx, uint32_t remote_qpn) {
   union ibv_gid gid{};
   if (ibv_query_gid(remote_ctx, 1, 0, &gid) != 0) return -1;
@@ -139,7 +144,7 @@ int to_rtr(ibv_qp* qp, ibv_context* remote_ctx, uint32_t remote_qpn) {
   a.qp_state = IBV_QPS_RTR;
   a.path_mtu = IBV_MTU_4096;
   a.dest_qp_num = remote_qpn;
-  a.rq_psn = 0x123;
+  a.rq_psn = kPsn;
   a.max_dest_rd_atomic = 16;
   a.min_rnr_timer = 12;
   a.ah_attr.is_global = 1;
@@ -155,7 +160,7 @@ int to_rtr(ibv_qp* qp, ibv_context* remote_ctx, uint32_t remote_qpn) {
 int to_rts(ibv_qp* qp) {
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_RTS;
-  a.sq_psn = 0x456;
+  a.sq_psn = kPsn;
   a.timeout = 14;
   a.retry_cnt = 7;
   a.rnr_retry = 7;
@@ -261,7 +266,7 @@ TEST_F(VerbsTest, DeviceAndPortAttributes) {
   ASSERT_EQ(ibv_query_device(a.ctx, &d), 0);
   EXPECT_EQ(d.phys_port_cnt, 1);
   EXPECT_GE(d.max_qp_wr, 1024);
-  EXPECT_EQ(d.max_sge, 4);
+  EXPECT_EQ(d.max_sge, 8);
   EXPECT_EQ(d.atomic_cap, IBV_ATOMIC_HCA);
   EXPECT_EQ(d.max_qp_rd_atom, 16);
   EXPECT_EQ(d.node_guid, ibv_get_device_guid(a.ctx->device));
@@ -726,8 +731,8 @@ TEST_F(VerbsTest, ModifyQpStateMachine) {
   EXPECT_EQ(attr.dest_qp_num, peer->qp_num);
   EXPECT_EQ(attr.timeout, 14);
   EXPECT_EQ(attr.retry_cnt, 7);
-  EXPECT_EQ(attr.sq_psn, 0x456u);
-  EXPECT_EQ(attr.rq_psn, 0x123u);
+  EXPECT_EQ(attr.sq_psn, kPsn);
+  EXPECT_EQ(attr.rq_psn, kPsn);
   EXPECT_EQ(attr.min_rnr_timer, 5);
   EXPECT_EQ(attr.path_mtu, IBV_MTU_4096);
   EXPECT_EQ(attr.ah_attr.is_global, 1);
@@ -765,14 +770,13 @@ TEST_F(VerbsTest, CreateQpRejectsWhatIsNotSupported) {
   attr.recv_cq = a.rcq;
   attr.cap.max_send_wr = 4;
   attr.cap.max_recv_wr = 4;
-  attr.qp_type = IBV_QPT_UD;
-  EXPECT_EQ(ibv_create_qp(a.pd, &attr), nullptr);
-  EXPECT_EQ(errno, EOPNOTSUPP);
-  attr.qp_type = IBV_QPT_UC;
-  EXPECT_EQ(ibv_create_qp(a.pd, &attr), nullptr);
-  EXPECT_EQ(errno, EOPNOTSUPP);
+  for (const ibv_qp_type type : {IBV_QPT_UC, IBV_QPT_RAW_PACKET, IBV_QPT_XRC_SEND}) {
+    attr.qp_type = type;
+    EXPECT_EQ(ibv_create_qp(a.pd, &attr), nullptr);
+    EXPECT_EQ(errno, EOPNOTSUPP);
+  }
   attr.qp_type = IBV_QPT_RC;
-  attr.cap.max_send_sge = 5;
+  attr.cap.max_send_sge = 9;
   EXPECT_EQ(ibv_create_qp(a.pd, &attr), nullptr);
   EXPECT_EQ(errno, EINVAL);
   attr.cap.max_send_sge = 1;
@@ -787,6 +791,387 @@ TEST_F(VerbsTest, CreateQpRejectsWhatIsNotSupported) {
   char buf[64];
   EXPECT_EQ(ibv_reg_mr(a.pd, buf, sizeof buf, static_cast<int>(IBV_ACCESS_REMOTE_WRITE)), nullptr);  // needs LOCAL_WRITE
   EXPECT_EQ(errno, EINVAL);
+  // A clear EOPNOTSUPP for what is not supported: on-demand paging, memory
+  // windows, dma-buf regions, ECE.
+  EXPECT_EQ(ibv_reg_mr(a.pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  EXPECT_EQ(ibv_alloc_mw(a.pd, IBV_MW_TYPE_1), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  EXPECT_EQ(ibv_reg_dmabuf_mr(a.pd, 0, sizeof buf, 0, 3, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  ibv_qp* qp = make_qp(a);
+  ASSERT_NE(qp, nullptr);
+  ibv_ece ece{};
+  EXPECT_EQ(ibv_query_ece(qp, &ece), EOPNOTSUPP);
+  EXPECT_EQ(ibv_set_ece(qp, &ece), EOPNOTSUPP);
+}
+
+// --- what UCX, Open MPI and libfabric use: SRQ, UD + AH, extended CQs,
+// async events ---------------------------------------------------------------
+
+// Reads one async event within the timeout.
+bool next_async_event(ibv_context* ctx, ibv_async_event& event) {
+  pollfd pfd{ctx->async_fd, POLLIN, 0};
+  if (::poll(&pfd, 1, 10000) != 1) return false;
+  return ibv_get_async_event(ctx, &event) == 0;
+}
+
+void send_to(ibv_qp* qp, Buffer& src, uint32_t offset, uint32_t length, uint64_t wr_id) {
+  ibv_sge s = sge(src, offset, length);
+  ibv_send_wr wr{};
+  wr.wr_id = wr_id;
+  wr.opcode = IBV_WR_SEND;
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(qp, &wr, &bad), 0);
+}
+
+TEST_F(VerbsTest, DeviceReportsSrqAndAddressHandles) {
+  ibv_device_attr d{};
+  ASSERT_EQ(ibv_query_device(a.ctx, &d), 0);
+  EXPECT_GT(d.max_srq, 0);
+  EXPECT_GE(d.max_srq_wr, 4096);
+  EXPECT_EQ(d.max_srq_sge, 8);
+  EXPECT_GT(d.max_ah, 0);
+  EXPECT_TRUE(d.device_cap_flags & IBV_DEVICE_SRQ_RESIZE);
+}
+
+TEST_F(VerbsTest, SharedReceiveQueueFeedsSeveralRcQps) {
+  ibv_srq_init_attr sattr{};
+  sattr.attr.max_wr = 8;
+  sattr.attr.max_sge = 1;
+  ibv_srq* srq = ibv_create_srq(b.pd, &sattr);
+  ASSERT_NE(srq, nullptr) << std::strerror(errno);
+  ibv_qp* senders[2];
+  ibv_qp* receivers[2];
+  for (int i = 0; i < 2; ++i) {
+    senders[i] = make_qp(a);
+    ibv_qp_init_attr qattr{};
+    qattr.send_cq = b.scq;
+    qattr.recv_cq = b.rcq;
+    qattr.srq = srq;
+    qattr.qp_type = IBV_QPT_RC;
+    qattr.sq_sig_all = 1;
+    qattr.cap.max_send_wr = 8;
+    qattr.cap.max_send_sge = 1;
+    receivers[i] = ibv_create_qp(b.pd, &qattr);
+    ASSERT_NE(receivers[i], nullptr) << std::strerror(errno);
+    b.qps.push_back(receivers[i]);
+    EXPECT_EQ(receivers[i]->srq, srq);
+    ASSERT_NO_FATAL_FAILURE(connect(senders[i], a, receivers[i], b));
+  }
+  Buffer& src = a.buffer(4 * 1024);
+  fill(src, 3);
+  Buffer& dst = b.buffer(8 * 1024);
+  // An SRQ-attached QP has no receive queue of its own.
+  EXPECT_EQ(post_recv(receivers[0], 1, {sge(dst, 0, 64)}), EINVAL);
+  for (uint32_t i = 0; i < 4; ++i) {
+    ibv_sge s = sge(dst, i * 1024, 1024);
+    ibv_recv_wr wr{};
+    wr.wr_id = 100 + i;
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_srq_recv(srq, &wr, &bad), 0);
+  }
+  ibv_srq_attr q{};
+  ASSERT_EQ(ibv_query_srq(srq, &q), 0);
+  EXPECT_EQ(q.max_wr, 8u);
+  EXPECT_EQ(q.srq_limit, 0u);
+  // Armed at 3 of 4: the second receive taken leaves 2 and fires it once.
+  q.srq_limit = 3;
+  ASSERT_EQ(ibv_modify_srq(srq, &q, IBV_SRQ_LIMIT), 0);
+  q.srq_limit = 9;
+  EXPECT_EQ(ibv_modify_srq(srq, &q, IBV_SRQ_LIMIT), EINVAL);  // above max_wr
+  EXPECT_EQ(ibv_destroy_srq(srq), EBUSY);
+
+  // Four messages over two QPs take the SRQ's WQEs in order.
+  for (uint32_t i = 0; i < 4; ++i) ASSERT_NO_FATAL_FAILURE(send_to(senders[i % 2], src, i * 1024, 1024, i));
+  const auto rw = wait_wc(b.rcq, 4);
+  ASSERT_EQ(rw.size(), 4u);
+  std::vector<uint32_t> qpns;
+  for (const ibv_wc& wc : rw) {
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc.byte_len, 1024u);
+    qpns.push_back(wc.qp_num);
+    // Each message landed whole in the buffer of the WQE it consumed.
+    const uint32_t slot = static_cast<uint32_t>(wc.wr_id - 100);
+    ASSERT_LT(slot, 4u);
+  }
+  EXPECT_NE(std::find(qpns.begin(), qpns.end(), receivers[0]->qp_num), qpns.end());
+  EXPECT_NE(std::find(qpns.begin(), qpns.end(), receivers[1]->qp_num), qpns.end());
+  std::vector<uint8_t> got(dst.bytes.begin(), dst.bytes.begin() + 4096);
+  std::sort(got.begin(), got.end());
+  std::vector<uint8_t> want(src.bytes.begin(), src.bytes.end());
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(wait_wc(a.scq, 4).size(), 4u);
+
+  ibv_async_event event{};
+  ASSERT_TRUE(next_async_event(b.ctx, event));
+  EXPECT_EQ(event.event_type, IBV_EVENT_SRQ_LIMIT_REACHED);
+  EXPECT_EQ(event.element.srq, srq);
+  ibv_ack_async_event(&event);
+  ASSERT_EQ(ibv_query_srq(srq, &q), 0);
+  EXPECT_EQ(q.srq_limit, 0u);  // disarmed
+
+  // A receiver moved to error tells that it takes no more WQEs.
+  ibv_qp_attr err{};
+  err.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(ibv_modify_qp(receivers[0], &err, IBV_QP_STATE), 0);
+  ASSERT_TRUE(next_async_event(b.ctx, event));
+  EXPECT_EQ(event.event_type, IBV_EVENT_QP_LAST_WQE_REACHED);
+  EXPECT_EQ(event.element.qp, receivers[0]);
+  ibv_ack_async_event(&event);
+  for (ibv_qp* qp : receivers) {
+    EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    b.qps.erase(std::find(b.qps.begin(), b.qps.end(), qp));
+  }
+  EXPECT_EQ(ibv_destroy_srq(srq), 0);
+}
+
+// UCX flushes an RC QP with a zero-length RDMA WRITE whose rkey and address
+// are 0: no memory is touched, so none is checked (IB spec 9.7.4.1.6).
+TEST_F(VerbsTest, ZeroLengthRdmaChecksNoKey) {
+  pair();
+  for (const ibv_wr_opcode op : {IBV_WR_RDMA_WRITE, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE}) {
+    ibv_send_wr wr{};
+    wr.wr_id = op;
+    wr.opcode = op;
+    wr.num_sge = 0;
+    wr.wr.rdma.remote_addr = 0;
+    wr.wr.rdma.rkey = 0;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(qa, &wr, &bad), 0);
+    const auto sw = wait_wc(a.scq, 1);
+    ASSERT_EQ(sw.size(), 1u);
+    EXPECT_EQ(sw[0].status, IBV_WC_SUCCESS) << ibv_wc_status_str(sw[0].status);
+    EXPECT_EQ(sw[0].byte_len, 0u);
+  }
+}
+
+TEST_F(VerbsTest, QpThatFailsReportsQpFatal) {
+  pair();
+  Buffer& src = a.buffer(64);
+  Buffer& dst = b.buffer(64);
+  ibv_sge s{src.addr(), 64, src.mr->lkey + 0x1000};  // a bad lkey fails the QP
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  wr.wr.rdma.remote_addr = dst.addr();
+  wr.wr.rdma.rkey = dst.mr->rkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(qa, &wr, &bad), 0);
+  ASSERT_EQ(wait_wc(a.scq, 1).size(), 1u);
+  ibv_async_event event{};
+  ASSERT_TRUE(next_async_event(a.ctx, event));
+  EXPECT_EQ(event.event_type, IBV_EVENT_QP_FATAL);
+  EXPECT_EQ(event.element.qp, qa);
+  ibv_ack_async_event(&event);
+  // Moving a QP to error by request is no fatal event.
+  ibv_qp_attr err{};
+  err.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(ibv_modify_qp(qb, &err, IBV_QP_STATE), 0);
+  pollfd pfd{b.ctx->async_fd, POLLIN, 0};
+  EXPECT_EQ(::poll(&pfd, 1, 100), 0);
+}
+
+struct UdPair {
+  ibv_qp* qp = nullptr;
+  ibv_ah* ah = nullptr;  // to the other side
+};
+
+ibv_qp* make_ud_qp(Side& s, uint32_t qkey) {
+  ibv_qp_init_attr qattr{};
+  qattr.send_cq = s.scq;
+  qattr.recv_cq = s.rcq;
+  qattr.qp_type = IBV_QPT_UD;
+  qattr.sq_sig_all = 1;
+  qattr.cap.max_send_wr = 16;
+  qattr.cap.max_recv_wr = 16;
+  qattr.cap.max_send_sge = 1;
+  qattr.cap.max_recv_sge = 1;
+  ibv_qp* qp = ibv_create_qp(s.pd, &qattr);
+  EXPECT_NE(qp, nullptr) << std::strerror(errno);
+  if (!qp) return nullptr;
+  s.qps.push_back(qp);
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_INIT;
+  attr.pkey_index = 0;
+  attr.port_num = 1;
+  attr.qkey = qkey;
+  // A UD QP takes a Q_Key, not access flags, at INIT.
+  EXPECT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), EINVAL);
+  EXPECT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
+  attr.qp_state = IBV_QPS_RTR;
+  EXPECT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE), 0);
+  attr.qp_state = IBV_QPS_RTS;
+  attr.sq_psn = 0;
+  EXPECT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+  return qp;
+}
+
+ibv_ah* make_ah(Side& from, Side& to) {
+  ibv_ah_attr ah{};
+  ah.is_global = 1;
+  EXPECT_EQ(ibv_query_gid(to.ctx, 1, 0, &ah.grh.dgid), 0);
+  ah.port_num = 1;
+  ibv_ah* h = ibv_create_ah(from.pd, &ah);
+  EXPECT_NE(h, nullptr) << std::strerror(errno);
+  return h;
+}
+
+int ud_send(ibv_qp* qp, ibv_ah* ah, uint32_t remote_qpn, uint32_t qkey, ibv_sge s, uint64_t wr_id,
+            bool with_imm = false) {
+  ibv_send_wr wr{};
+  wr.wr_id = wr_id;
+  wr.opcode = with_imm ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND;
+  wr.imm_data = htobe32(0xfeedf00d);
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  wr.wr.ud.ah = ah;
+  wr.wr.ud.remote_qpn = remote_qpn;
+  wr.wr.ud.remote_qkey = qkey;
+  ibv_send_wr* bad = nullptr;
+  return ibv_post_send(qp, &wr, &bad);
+}
+
+TEST_F(VerbsTest, UdSendArrivesWithAGrhAndImmediate) {
+  constexpr uint32_t kQkey = 0x11111111;
+  ibv_qp* ua = make_ud_qp(a, kQkey);
+  ibv_qp* ub = make_ud_qp(b, kQkey);
+  ASSERT_NE(ua, nullptr);
+  ASSERT_NE(ub, nullptr);
+  ibv_ah* to_b = make_ah(a, b);
+  ASSERT_NE(to_b, nullptr);
+  ibv_port_attr port{};
+  ASSERT_EQ(ibv_query_port(a.ctx, 1, &port), 0);
+  const uint32_t mtu = 128u << port.active_mtu;
+  Buffer& src = a.buffer(mtu + 1);
+  fill(src, 9);
+  Buffer& dst = b.buffer(2 * (40 + mtu));
+  ASSERT_EQ(post_recv(ub, 7, {sge(dst, 0, 40 + mtu)}), 0);
+  ASSERT_EQ(post_recv(ub, 8, {sge(dst, 40 + mtu, 40 + mtu)}), 0);
+  // A message is at most the port's MTU.
+  EXPECT_EQ(ud_send(ua, to_b, ub->qp_num, kQkey, sge(src, 0, mtu + 1), 1), EINVAL);
+  ASSERT_EQ(ud_send(ua, to_b, ub->qp_num, kQkey, sge(src, 0, mtu), 2, true), 0);
+  const auto rw = wait_wc(b.rcq, 1);
+  ASSERT_EQ(rw.size(), 1u);
+  EXPECT_EQ(rw[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(rw[0].wr_id, 7u);
+  EXPECT_EQ(rw[0].opcode, IBV_WC_RECV);
+  EXPECT_EQ(rw[0].byte_len, 40 + mtu);
+  EXPECT_EQ(rw[0].src_qp, ua->qp_num);
+  EXPECT_EQ(rw[0].qp_num, ub->qp_num);
+  EXPECT_EQ(rw[0].wc_flags & (IBV_WC_GRH | IBV_WC_WITH_IMM), unsigned{IBV_WC_GRH | IBV_WC_WITH_IMM});
+  EXPECT_EQ(be32toh(rw[0].imm_data), 0xfeedf00du);
+  EXPECT_EQ(std::memcmp(dst.data() + 40, src.data(), mtu), 0);
+  // The GRH: an IPv6 header whose GIDs are the datagram's addresses, as
+  // ibv_create_ah_from_wc() reads it to answer.
+  ibv_grh grh{};
+  std::memcpy(&grh, dst.data(), sizeof grh);
+  EXPECT_EQ(be32toh(grh.version_tclass_flow) >> 28, 6u);
+  union ibv_gid gid_a{};
+  union ibv_gid gid_b{};
+  ASSERT_EQ(ibv_query_gid(a.ctx, 1, 0, &gid_a), 0);
+  ASSERT_EQ(ibv_query_gid(b.ctx, 1, 0, &gid_b), 0);
+  EXPECT_EQ(std::memcmp(grh.sgid.raw, gid_a.raw, 16), 0);
+  EXPECT_EQ(std::memcmp(grh.dgid.raw, gid_b.raw, 16), 0);
+  ibv_wc wc = rw[0];
+  ibv_ah* back = ibv_create_ah_from_wc(b.pd, &wc, &grh, 1);
+  ASSERT_NE(back, nullptr) << std::strerror(errno);
+  Buffer& reply = b.buffer(16);
+  Buffer& reply_dst = a.buffer(56);
+  ASSERT_EQ(post_recv(ua, 9, {sge(reply_dst, 0, 56)}), 0);
+  ASSERT_EQ(ud_send(ub, back, wc.src_qp, kQkey, sge(reply, 0, 16), 3), 0);
+  const auto replies = wait_wc(a.rcq, 1);
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(replies[0].byte_len, 56u);
+  EXPECT_EQ(replies[0].src_qp, ub->qp_num);
+  EXPECT_EQ(wait_wc(a.scq, 1).size(), 1u);
+  EXPECT_EQ(wait_wc(b.scq, 1).size(), 1u);
+  // Another Q_Key is dropped: the second receive stays posted until a
+  // datagram with the right one comes. (A wr Q_Key with the high bit set
+  // means the sending QP's own.)
+  ASSERT_EQ(ud_send(ua, to_b, ub->qp_num, kQkey + 1, sge(src, 0, 8), 4), 0);
+  ASSERT_EQ(ud_send(ua, to_b, ub->qp_num, 0x80000000u, sge(src, 0, 8), 5), 0);
+  const auto second = wait_wc(b.rcq, 1);
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0].wr_id, 8u);
+  EXPECT_EQ(second[0].byte_len, 48u);
+  EXPECT_EQ(wait_wc(a.scq, 2).size(), 2u);
+  EXPECT_TRUE(wait_wc(b.rcq, 1, std::chrono::milliseconds(100)).empty());
+  EXPECT_EQ(ibv_destroy_ah(back), 0);
+  EXPECT_EQ(ibv_destroy_ah(to_b), 0);
+}
+
+TEST_F(VerbsTest, ExtendedCqReadsEveryField) {
+  ibv_cq_init_attr_ex cattr{};
+  cattr.cqe = 64;
+  cattr.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP;
+  cattr.comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS;
+  cattr.flags = IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
+  ibv_cq_ex* cq = ibv_create_cq_ex(b.ctx, &cattr);
+  ASSERT_NE(cq, nullptr) << std::strerror(errno);
+  ibv_cq_init_attr_ex timestamps = cattr;
+  timestamps.wc_flags |= IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+  EXPECT_EQ(ibv_create_cq_ex(b.ctx, &timestamps), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+
+  qa = make_qp(a);
+  ibv_qp_init_attr qattr{};
+  qattr.send_cq = b.scq;
+  qattr.recv_cq = ibv_cq_ex_to_cq(cq);
+  qattr.qp_type = IBV_QPT_RC;
+  qattr.cap.max_send_wr = 8;
+  qattr.cap.max_recv_wr = 8;
+  qattr.cap.max_send_sge = 1;
+  qattr.cap.max_recv_sge = 1;
+  qb = ibv_create_qp(b.pd, &qattr);
+  ASSERT_NE(qb, nullptr);
+  ASSERT_NO_FATAL_FAILURE(connect(qa, a, qb, b));
+  Buffer& src = a.buffer(256);
+  Buffer& dst = b.buffer(3 * 256);
+  for (uint64_t i = 0; i < 3; ++i) ASSERT_EQ(post_recv(qb, 10 + i, {sge(dst, i * 256, 256)}), 0);
+  for (uint32_t i = 0; i < 3; ++i) {
+    ibv_sge s = sge(src, 0, 100 + i);
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_SEND_WITH_IMM;
+    wr.imm_data = htobe32(0x1000 + i);
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(qa, &wr, &bad), 0);
+  }
+  std::vector<uint64_t> ids;
+  const auto deadline = Clock::now() + kTimeout;
+  ibv_poll_cq_attr pattr{};
+  while (ids.size() < 3 && Clock::now() < deadline) {
+    int rc = ibv_start_poll(cq, &pattr);
+    if (rc == ENOENT) continue;
+    ASSERT_EQ(rc, 0);
+    do {
+      const uint32_t i = static_cast<uint32_t>(cq->wr_id - 10);
+      EXPECT_EQ(cq->status, IBV_WC_SUCCESS);
+      EXPECT_EQ(ibv_wc_read_opcode(cq), IBV_WC_RECV);
+      EXPECT_EQ(ibv_wc_read_byte_len(cq), 100 + i);
+      EXPECT_EQ(be32toh(ibv_wc_read_imm_data(cq)), 0x1000 + i);
+      EXPECT_EQ(ibv_wc_read_qp_num(cq), qb->qp_num);
+      EXPECT_EQ(ibv_wc_read_src_qp(cq), qa->qp_num);
+      EXPECT_EQ(ibv_wc_read_wc_flags(cq), unsigned{IBV_WC_WITH_IMM});
+      ids.push_back(cq->wr_id);
+    } while ((rc = ibv_next_poll(cq)) == 0);
+    EXPECT_EQ(rc, ENOENT);
+    ibv_end_poll(cq);
+  }
+  EXPECT_EQ(ids, (std::vector<uint64_t>{10, 11, 12}));
+  EXPECT_EQ(ibv_start_poll(cq, &pattr), ENOENT);
+  EXPECT_EQ(wait_wc(a.scq, 3).size(), 3u);
+  EXPECT_EQ(ibv_destroy_qp(qb), 0);
+  qb = nullptr;
+  EXPECT_EQ(ibv_destroy_cq(ibv_cq_ex_to_cq(cq)), 0);
 }
 
 TEST_F(VerbsTest, CqInUseCannotBeDestroyed) {

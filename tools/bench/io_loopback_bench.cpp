@@ -8,8 +8,10 @@
 //
 //   io-loopback-bench [--mib N] [--message-kib N] [--mtu N] [--paths N]
 //                     [--burst-us N] [--rate-gbps N] [--runs N] [--case NAME]
+//                     [--security integrity|authenticate|encrypt|all]
 // Cases: raw-gso, raw-plain, engine-only, uring-gso, uring, mmsg-gso, mmsg
-// (default: all).
+// (default: all). The engine cases run once per security mode (default:
+// all three, side by side) and report the CPU time per byte moved.
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <sys/resource.h>
@@ -28,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "metaroce/wire.h"
 #include "runtime.h"
 
 namespace {
@@ -38,6 +41,7 @@ using metaroce::io::RuntimeStats;
 using metaroce::transport::Completion;
 using metaroce::transport::Endpoint;
 using metaroce::transport::Time;
+using metaroce::wire::Security;
 
 struct Args {
   size_t mib = 256;
@@ -48,7 +52,16 @@ struct Args {
   uint64_t rate_gbps = 100;
   int runs = 1;
   std::string only;
+  std::vector<Security> modes = {Security::Integrity, Security::Authenticate, Security::Encrypt};
 };
+
+// The bench's two ends share one pair key (metaroced would derive it).
+void key_endpoints(Endpoint& a, metaroce::transport::PeerId b_at_a, Endpoint& b, metaroce::transport::PeerId a_at_b) {
+  metaroce::transport::PairKey key;
+  key.fill(0x5c);
+  a.set_peer_key(b_at_a, key, 0);
+  b.set_peer_key(a_at_b, key, 1);
+}
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -72,7 +85,9 @@ void set_buffers(int fd, int bytes) {
 
 void run_raw(const Args& args, bool gso) {
   const size_t total = args.mib << 20;
-  const uint32_t datagram = args.mtu + 56;  // what the engine puts on the wire per data packet
+  // What the engine puts on the wire per data packet in integrity mode.
+  const uint32_t datagram = args.mtu + static_cast<uint32_t>(metaroce::wire::kDataHeaderBytes +
+                                                             metaroce::wire::kIntegrityTrailerBytes);
   const uint32_t per_send = gso ? std::max<uint32_t>(1, 65000 / datagram) : 1;
 
   const int rx = socket(AF_INET, SOCK_DGRAM, 0);
@@ -188,7 +203,7 @@ class Waiter {
   uint64_t signals_ = 0;
 };
 
-void run_metaroce(const Args& args, bool io_uring, bool gso, std::vector<uint8_t>& source,
+void run_metaroce(const Args& args, bool io_uring, bool gso, Security security, std::vector<uint8_t>& source,
                   std::vector<uint8_t>& sink) {
   const size_t total = args.mib << 20;
   const size_t message = args.message_kib << 10;
@@ -203,6 +218,7 @@ void run_metaroce(const Args& args, bool io_uring, bool gso, std::vector<uint8_t
   options.endpoint.base_rtt_ns = 100'000;
   options.endpoint.min_rto_ns = 2'000'000;
   options.endpoint.cc.target_queue_delay_ns = 2'000'000;
+  options.endpoint.security = security;
   std::string error;
   Waiter waiter;
   auto a = Runtime::create(options, error);
@@ -230,6 +246,9 @@ void run_metaroce(const Args& args, bool io_uring, bool gso, std::vector<uint8_t
   });
   const auto peer_b = a->peer_for(b->local_address());
   const auto peer_a = b->peer_for(a->local_address());
+  a->with_engine([&](Endpoint& ea, Time) {
+    b->with_engine([&](Endpoint& eb, Time) { key_endpoints(ea, peer_b, eb, peer_a); });
+  });
   a->with_engine([&](Endpoint& e, Time) {
     e.modify_qp_to_init(qp_a);
     e.modify_qp_to_rtr(qp_a, peer_b, qp_b, qp_config);
@@ -281,14 +300,14 @@ void run_metaroce(const Args& args, bool io_uring, bool gso, std::vector<uint8_t
   const RuntimeStats sb = b->stats();
   const auto ca = a->with_engine([](Endpoint& e, Time) { return e.counters(); });
   std::printf(
-      "{\"bench\":\"io_loopback\",\"case\":\"metaroce\",\"backend\":\"%s\",\"gso\":%s,\"gro\":%s,\"bytes\":%zu,"
+      "{\"bench\":\"io_loopback\",\"case\":\"metaroce\",\"security\":\"%s\",\"backend\":\"%s\",\"gso\":%s,\"gro\":%s,\"bytes\":%zu,"
       "\"message_bytes\":%zu,\"mtu\":%u,\"paths\":%u,\"burst_us\":%llu,\"intact\":%s,\"seconds\":%.4f,"
-      "\"goodput_gbps\":%.2f,\"cpu_seconds\":%.3f,\"datagrams_sent\":%llu,\"send_syscalls\":%llu,"
+      "\"goodput_gbps\":%.2f,\"cpu_seconds\":%.3f,\"cpu_ns_per_byte\":%.3f,\"datagrams_sent\":%llu,\"send_syscalls\":%llu,"
       "\"gso_sends\":%llu,\"receiver_datagrams\":%llu,\"receiver_syscalls\":%llu,\"gro_receives\":%llu,"
       "\"retransmits\":%llu,\"sender_wakeups\":%llu,\"receiver_wakeups\":%llu}\n",
-      sa.io_uring ? "io_uring" : "sendmmsg", sa.gso ? "true" : "false", sb.gro ? "true" : "false", total, message,
+      metaroce::wire::to_string(security), sa.io_uring ? "io_uring" : "sendmmsg", sa.gso ? "true" : "false", sb.gro ? "true" : "false", total, message,
       args.mtu, args.paths, static_cast<unsigned long long>(args.burst_us), intact ? "true" : "false", wall,
-      intact ? static_cast<double>(total) * 8 / wall / 1e9 : 0.0, cpu,
+      intact ? static_cast<double>(total) * 8 / wall / 1e9 : 0.0, cpu, cpu * 1e9 / static_cast<double>(total),
       static_cast<unsigned long long>(sa.datagrams_sent), static_cast<unsigned long long>(sa.send_syscalls),
       static_cast<unsigned long long>(sa.gso_sends), static_cast<unsigned long long>(sb.datagrams_received),
       static_cast<unsigned long long>(sb.receive_syscalls), static_cast<unsigned long long>(sb.gro_receives),
@@ -302,7 +321,7 @@ void run_metaroce(const Args& args, bool io_uring, bool gso, std::vector<uint8_t
 // The same transfer between two Endpoints in this thread, datagrams handed
 // over directly and the clock jumping to the next event: the CPU cost of the
 // engine without any I/O, an upper bound for one core.
-void run_engine_only(const Args& args, std::vector<uint8_t>& source, std::vector<uint8_t>& sink) {
+void run_engine_only(const Args& args, Security security, std::vector<uint8_t>& source, std::vector<uint8_t>& sink) {
   using namespace metaroce::transport;
   const size_t total = args.mib << 20;
   const size_t message = args.message_kib << 10;
@@ -313,8 +332,10 @@ void run_engine_only(const Args& args, std::vector<uint8_t>& source, std::vector
   config.base_rtt_ns = 100'000;
   config.min_rto_ns = 2'000'000;
   config.cc.target_queue_delay_ns = 2'000'000;
+  config.security = security;
   Endpoint a(config);
   Endpoint b(config);
+  key_endpoints(a, 2, b, 1);
   QpConfig qp_config;
   qp_config.timeout_ns = 50'000'000;
   const uint32_t cq_a = a.create_cq(4096);
@@ -374,10 +395,12 @@ void run_engine_only(const Args& args, std::vector<uint8_t>& source, std::vector
   const double cpu = cpu_seconds() - cpu0;
   const bool intact = done == messages && std::memcmp(source.data(), sink.data(), total) == 0;
   std::printf(
-      "{\"bench\":\"io_loopback\",\"case\":\"engine-only\",\"bytes\":%zu,\"mtu\":%u,\"paths\":%u,\"intact\":%s,"
-      "\"seconds\":%.4f,\"goodput_gbps\":%.2f,\"cpu_seconds\":%.3f,\"datagrams_sent\":%llu}\n",
-      total, args.mtu, args.paths, intact ? "true" : "false", wall,
-      intact ? static_cast<double>(total) * 8 / wall / 1e9 : 0.0, cpu, static_cast<unsigned long long>(datagrams));
+      "{\"bench\":\"io_loopback\",\"case\":\"engine-only\",\"security\":\"%s\",\"bytes\":%zu,\"mtu\":%u,\"paths\":%u,"
+      "\"intact\":%s,\"seconds\":%.4f,\"goodput_gbps\":%.2f,\"cpu_seconds\":%.3f,\"cpu_ns_per_byte\":%.3f,"
+      "\"datagrams_sent\":%llu}\n",
+      metaroce::wire::to_string(security), total, args.mtu, args.paths, intact ? "true" : "false", wall,
+      intact ? static_cast<double>(total) * 8 / wall / 1e9 : 0.0, cpu, cpu * 1e9 / static_cast<double>(total),
+      static_cast<unsigned long long>(datagrams));
   std::fflush(stdout);
 }
 
@@ -394,6 +417,13 @@ bool parse(int argc, char** argv, Args& args) {
     else if (flag == "--rate-gbps") args.rate_gbps = std::strtoull(value, nullptr, 10);
     else if (flag == "--runs") args.runs = std::atoi(value);
     else if (flag == "--case") args.only = value;
+    else if (flag == "--security") {
+      args.modes.clear();
+      for (uint8_t m = 0; m < metaroce::wire::kSecurityCount; ++m)
+        if (std::strcmp(value, "all") == 0 || std::strcmp(value, metaroce::wire::to_string(static_cast<Security>(m))) == 0)
+          args.modes.push_back(static_cast<Security>(m));
+      if (args.modes.empty()) return false;
+    }
     else return false;
   }
   return args.mib > 0 && args.message_kib > 0 && args.paths > 0 && args.runs > 0;
@@ -407,7 +437,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: io-loopback-bench [--mib N] [--message-kib N] [--mtu N] [--paths N] [--burst-us N]\n"
                  "                         [--rate-gbps N] [--runs N] [--case raw-gso|raw-plain|engine-only|uring-gso|"
-                 "uring|mmsg-gso|mmsg]\n");
+                 "uring|mmsg-gso|mmsg]\n"
+                 "                         [--security integrity|authenticate|encrypt|all]\n");
     return 2;
   }
   const size_t total = args.mib << 20;
@@ -422,11 +453,13 @@ int main(int argc, char** argv) {
   for (int run = 0; run < args.runs; ++run) {
     if (want("raw-gso")) run_raw(args, true);
     if (want("raw-plain")) run_raw(args, false);
-    if (want("engine-only")) run_engine_only(args, source, sink);
-    if (want("uring-gso")) run_metaroce(args, true, true, source, sink);
-    if (want("uring")) run_metaroce(args, true, false, source, sink);
-    if (want("mmsg-gso")) run_metaroce(args, false, true, source, sink);
-    if (want("mmsg")) run_metaroce(args, false, false, source, sink);
+    for (const Security mode : args.modes) {
+      if (want("engine-only")) run_engine_only(args, mode, source, sink);
+      if (want("uring-gso")) run_metaroce(args, true, true, mode, source, sink);
+      if (want("uring")) run_metaroce(args, true, false, mode, source, sink);
+      if (want("mmsg-gso")) run_metaroce(args, false, true, mode, source, sink);
+      if (want("mmsg")) run_metaroce(args, false, false, mode, source, sink);
+    }
   }
   return 0;
 }

@@ -195,7 +195,7 @@ class Rdma {
   Exchange local(uint32_t size, uint32_t slots, uint32_t iterations) const {
     Exchange e{};
     e.qpn = qp_->qp_num;
-    e.psn = 0;
+    e.psn = psn_;
     std::memcpy(e.gid, gid_.raw, 16);
     e.addr = reinterpret_cast<uintptr_t>(buffer_.data());
     e.rkey = mr_->rkey;
@@ -227,7 +227,7 @@ class Rdma {
     attr.timeout = 14;
     attr.retry_cnt = 7;
     attr.rnr_retry = 7;
-    attr.sq_psn = 0;
+    attr.sq_psn = psn_;
     attr.max_rd_atomic = 16;
     if (ibv_modify_qp(qp_, &attr,
                       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
@@ -282,6 +282,9 @@ class Rdma {
   ibv_mr* mr_ = nullptr;
   ibv_cq* cq_ = nullptr;
   ibv_qp* qp_ = nullptr;
+  // The first PSN of this side's requests, at random as perftest and
+  // rdma_cm choose it, so that a new run's messages never match an old one's.
+  const uint32_t psn_ = std::random_device{}() & 0xffffff;
   ibv_gid gid_{};
   ibv_mtu mtu_ = IBV_MTU_1024;
   std::vector<uint8_t> buffer_;

@@ -15,7 +15,13 @@ void EngineHost::on_timer(Time now) {
 
 bool EngineHost::transmit(Time now, Datagram& out) {
   out.payload.resize(endpoint_.max_datagram_bytes());
-  const auto tx = endpoint_.poll_transmit(now, out.payload);
+  auto tx = endpoint_.poll_transmit(now, out.payload);
+  // Completions held until their ACK went out are visible now: the
+  // application's turn, and anything it posts goes out at once.
+  if (!tx && endpoint_.take_completions_released() && application_) {
+    application_(now);
+    tx = endpoint_.poll_transmit(now, out.payload);
+  }
   if (!tx) return false;
   out.payload.resize(tx->length);
   out.dst = tx->peer;

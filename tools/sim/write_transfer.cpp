@@ -114,6 +114,7 @@ WriteTransferResult run_write_transfer(const WriteTransferSpec& spec) {
   result.receiver = b.counters();
   result.sender_paths = a.path_snapshots(rig.node_b());
   result.events = rig.sim().events_processed();
+  if (spec.on_finish) spec.on_finish(rig);
   return result;
 }
 

@@ -26,6 +26,8 @@ struct WriteTransferSpec {
   Time sample_interval_ns = 0;          // record B's placed bytes this often; 0 = never
   // Called once the rig exists, before traffic starts (blackholes, link changes).
   std::function<void(TwoHostRig&)> setup;
+  // Called when the transfer has ended, while the rig still exists (link statistics).
+  std::function<void(TwoHostRig&)> on_finish;
 };
 
 struct WriteTransferResult {

@@ -2,6 +2,8 @@
 /* User-space versions of the kernel helpers declared in mock_kernel.h. */
 #include "mock_kernel.h"
 
+#include <isa-l/crc.h>
+
 unsigned long mock_find_calls;
 
 void bitmap_zero(unsigned long *map, unsigned int nbits)
@@ -49,4 +51,11 @@ __sum16 ip_fast_csum(const void *iph, unsigned int ihl)
 	/* Back into the header's (network) byte order. */
 	put_unaligned_be16(folded, &out);
 	return out;
+}
+
+/* ISA-L's crc32_iscsi takes and returns the raw register, as the kernel's
+ * crc32c() does. */
+u32 crc32c(u32 crc, const void *address, unsigned int length)
+{
+	return crc32_iscsi((unsigned char *)address, (int)length, crc);
 }

@@ -75,6 +75,10 @@ static inline u32 get_unaligned_be32(const void *p)
  * in the header's byte order (as the kernel's). */
 __sum16 ip_fast_csum(const void *iph, unsigned int ihl);
 
+/* --- linux/crc32c.h ----------------------------------------------------------- */
+/* As the kernel's: the CRC32C register after data, from crc; no final XOR. */
+u32 crc32c(u32 crc, const void *address, unsigned int length);
+
 /* --- rdma/ib_verbs.h --------------------------------------------------------- */
 enum rdma_network_type {
 	RDMA_NETWORK_IB,
@@ -91,6 +95,14 @@ enum ib_qp_state {
 	IB_QPS_SQD,
 	IB_QPS_SQE,
 	IB_QPS_ERR
+};
+
+enum ib_qp_type {
+	IB_QPT_SMI,
+	IB_QPT_GSI,
+	IB_QPT_RC,
+	IB_QPT_UC,
+	IB_QPT_UD
 };
 
 enum ib_mtu {

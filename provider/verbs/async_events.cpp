@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//
+// Asynchronous events (ibv_get_async_event). A context's async_fd is the
+// read end of a pipe to which the provider writes struct
+// ib_uverbs_async_event_desc records, as the kernel writes them to its
+// async event file: libibverbs reads one, turns `element` back into the
+// object pointer (QP, SRQ) or port number, and ibv_ack_async_event() counts
+// it on the object. The engine reports QP and SRQ events (on_async_event);
+// for a kernel device a thread copies the kernel's own events (port state,
+// DEVICE_FATAL when the device goes away) from the kernel's event file into
+// the same pipe.
+//
+// Destroying an object waits until the application acknowledged every event
+// written for it, as the kernel makes ibv_destroy_qp() wait.
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "provider.h"
+
+namespace metaroce::verbs {
+
+AsyncEventForwarder::AsyncEventForwarder(int kernel_fd, int out_fd) : kernel_fd_(kernel_fd), out_fd_(out_fd) {
+  if (::pipe2(stop_, O_CLOEXEC) != 0) stop_[0] = stop_[1] = -1;
+  thread_ = std::thread([this] { run(); });
+}
+
+AsyncEventForwarder::~AsyncEventForwarder() {
+  if (stop_[1] >= 0) (void)!::write(stop_[1], "x", 1);
+  thread_.join();
+  for (const int fd : stop_)
+    if (fd >= 0) ::close(fd);
+  ::close(kernel_fd_);
+}
+
+void AsyncEventForwarder::run() {
+  pollfd fds[2] = {{kernel_fd_, POLLIN, 0}, {stop_[0], POLLIN, 0}};
+  while (true) {
+    if (::poll(fds, stop_[0] >= 0 ? 2 : 1, -1) < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (fds[1].revents) return;
+    if (!(fds[0].revents & POLLIN)) {
+      if (fds[0].revents & (POLLERR | POLLHUP | POLLNVAL)) return;
+      continue;
+    }
+    ib_uverbs_async_event_desc desc{};
+    const ssize_t n = ::read(kernel_fd_, &desc, sizeof desc);
+    if (n == static_cast<ssize_t>(sizeof desc)) {
+      (void)!::write(out_fd_, &desc, sizeof desc);
+    } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+      return;  // the device is gone (EIO)
+    }
+  }
+}
+
+void Context::post_async_event(uint64_t element, ibv_event_type type) {
+  ib_uverbs_async_event_desc desc{};
+  desc.element = element;
+  desc.event_type = static_cast<uint32_t>(type);
+  // Never blocks: a full pipe means the application stopped reading events.
+  (void)!::write(async_write_fd, &desc, sizeof desc);
+}
+
+void Context::on_async_event(const transport::AsyncEvent& event) {
+  switch (event.kind) {
+    case transport::AsyncEventKind::QpFatal:
+    case transport::AsyncEventKind::QpLastWqeReached: {
+      auto it = qps.find(event.object);
+      if (it == qps.end()) return;
+      Qp* qp = it->second;
+      qp->events.written.fetch_add(1, std::memory_order_acq_rel);
+      post_async_event(reinterpret_cast<uintptr_t>(&qp->vqp.qp),
+                       event.kind == transport::AsyncEventKind::QpFatal ? IBV_EVENT_QP_FATAL
+                                                                        : IBV_EVENT_QP_LAST_WQE_REACHED);
+      return;
+    }
+    case transport::AsyncEventKind::SrqLimitReached: {
+      auto it = srqs.find(event.object);
+      if (it == srqs.end()) return;
+      Srq* srq = it->second;
+      srq->events.written.fetch_add(1, std::memory_order_acq_rel);
+      post_async_event(reinterpret_cast<uintptr_t>(&srq->ibv), IBV_EVENT_SRQ_LIMIT_REACHED);
+      return;
+    }
+  }
+}
+
+void register_event_object(Context& ctx, uint64_t element, EventCounts& counts) {
+  std::lock_guard<std::mutex> lock(ctx.event_objects_mutex);
+  ctx.event_objects[element] = &counts;
+}
+
+void wait_event_acks(const EventCounts& counts, pthread_mutex_t& mutex, pthread_cond_t& cond,
+                     const uint32_t& completed) {
+  pthread_mutex_lock(&mutex);
+  while (completed != counts.read.load(std::memory_order_acquire)) pthread_cond_wait(&cond, &mutex);
+  pthread_mutex_unlock(&mutex);
+}
+
+void retire_event_object(Context& ctx, uint64_t element, EventCounts& counts, std::function<void()> free) {
+  {
+    std::lock_guard<std::mutex> lock(ctx.event_objects_mutex);
+    if (counts.written.load(std::memory_order_acquire) != counts.read.load(std::memory_order_acquire)) {
+      ctx.zombies.push_back(std::move(free));
+      return;
+    }
+    ctx.event_objects.erase(element);
+  }
+  free();
+}
+
+void free_event_objects(Context& ctx) {
+  std::lock_guard<std::mutex> lock(ctx.event_objects_mutex);
+  for (std::function<void()>& free : ctx.zombies) free();
+  ctx.zombies.clear();
+  ctx.event_objects.clear();
+}
+
+// libibverbs' ibv_get_async_event() calls this for every event it read.
+void async_event(ibv_context* context, ibv_async_event* event) {
+  uint64_t element = 0;
+  switch (event->event_type) {
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_LAST_WQE_REACHED: element = reinterpret_cast<uintptr_t>(event->element.qp); break;
+    case IBV_EVENT_SRQ_LIMIT_REACHED: element = reinterpret_cast<uintptr_t>(event->element.srq); break;
+    default: return;
+  }
+  Context* ctx = context_of(context);
+  std::lock_guard<std::mutex> lock(ctx->event_objects_mutex);
+  auto it = ctx->event_objects.find(element);
+  if (it != ctx->event_objects.end()) it->second->read.fetch_add(1, std::memory_order_acq_rel);
+}
+
+}  // namespace metaroce::verbs
