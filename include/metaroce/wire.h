@@ -409,6 +409,8 @@ constexpr bool consumes_receive(Opcode op) {
   return op == Opcode::Send || op == Opcode::SendImm || op == Opcode::WriteImm;
 }
 constexpr bool is_atomic(Opcode op) { return op == Opcode::FetchAdd || op == Opcode::CompareSwap; }
+// Requests answered with data: they count against max_rd_atomic.
+constexpr bool needs_response(Opcode op) { return op == Opcode::ReadRequest || is_atomic(op); }
 constexpr bool is_request(Opcode op) {
   return op != Opcode::ReadResponse && op != Opcode::AtomicResponse;
 }

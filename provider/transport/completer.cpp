@@ -4,6 +4,7 @@
 // requester's messages, and their completions in posting order.
 #include "queue_pair.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "connection.h"
@@ -65,12 +66,23 @@ void QueuePair::advance_requester() {
 }
 
 void QueuePair::on_stream_ack(Time now, uint32_t completed_msn) {
+  // A claim for a message never posted is not believed at all.
+  if (static_cast<int32_t>(completed_msn - (next_msn_ - 1)) > 0) {
+    ++endpoint_.counters_.rx_ignored_stream_ack;
+    return;
+  }
   bool progressed = false;
   for (OutboundMessage& m : send_queue_) {
     if (static_cast<int32_t>(m.msn - completed_msn) > 0) break;
     // A message cannot have completed remotely before all of it was sent:
-    // such a claim is stale (a restarted attempt) or forged.
-    if (!m.all_sent()) break;
+    // such a claim is stale (a restarted attempt) or forged. (Path-level
+    // acknowledgement of every chunk is not required: the ACK block of a
+    // chunk may be lost for good when its path goes quiet, and only the
+    // authenticated modes keep a forger from claiming sent messages.)
+    if (!m.done && !m.needs_response() && !m.all_sent()) {
+      ++endpoint_.counters_.rx_ignored_stream_ack;
+      break;
+    }
     if (!m.done && !m.needs_response()) {
       finish(m, WcStatus::Success);
       progressed = true;
@@ -82,7 +94,11 @@ void QueuePair::on_stream_ack(Time now, uint32_t completed_msn) {
 
 void QueuePair::on_nak(Time now, const wire::Nak& nak) {
   OutboundMessage* m = find_request(nak.msn);
-  if (!m || m->done || nak.attempt != m->attempt) return;
+  // Only a NAK of the attempt in flight of a message that was sent counts.
+  if (!m || m->done || nak.attempt != m->attempt || m->next_chunk == 0) {
+    ++endpoint_.counters_.rx_ignored_nak;
+    return;
+  }
   switch (nak.kind) {
     case wire::NakKind::ReceiverNotReady: {
       if (m->rnr_wait) return;
@@ -93,7 +109,8 @@ void QueuePair::on_nak(Time now, const wire::Nak& nak) {
       }
       m->rnr_wait = true;
       ++rnr_waiting_;
-      m->rnr_resend_at = now + std::max<Time>(nak.rnr_delay_ns, config_.min_rnr_timer_ns);
+      m->rnr_resend_at = now + std::clamp<Time>(nak.rnr_delay_ns, config_.min_rnr_timer_ns,
+                                                std::max(config_.min_rnr_timer_ns, kMaxRnrDelayNs));
       release_rd_atomic(*m);
       note_progress(now);
       return;
@@ -101,7 +118,7 @@ void QueuePair::on_nak(Time now, const wire::Nak& nak) {
     case wire::NakKind::RemoteAccess: finish(*m, WcStatus::RemoteAccessError); break;
     case wire::NakKind::InvalidRequest: finish(*m, WcStatus::RemoteInvalidRequest); break;
     case wire::NakKind::RemoteOperational: finish(*m, WcStatus::RemoteOperationError); break;
-    case wire::NakKind::Sequence: return;  // handled by the path, not the stream
+    case wire::NakKind::Sequence: return;  // handled by the path (Connection::on_nak)
   }
   note_progress(now);
   advance_requester();

@@ -63,6 +63,10 @@ struct EndpointConfig {
   uint64_t random_seed = 0;
 };
 
+// IB's largest RNR timer value (655.36 ms): a NAK asking for a longer delay
+// is capped to it.
+inline constexpr Time kMaxRnrDelayNs = 655'360'000;
+
 // What a queue pair is configured with (from ibv_modify_qp attributes).
 struct QpConfig {
   uint32_t max_send_wr = 1024;

@@ -21,6 +21,11 @@ constexpr uint64_t kHeardWindowPerPath = 4;
 // Every this many replies, one goes on a path the peer does not hear, so
 // that a path that comes back is found again.
 constexpr uint32_t kRediscoverEvery = 32;
+// A receiver rate hint below this is not believed: no receiver divides its
+// capacity that finely, and a forged one would throttle the connection.
+constexpr uint32_t kMinRateHintMbps = 10;
+// NAKs and probe replies waiting to be sent, at most.
+constexpr size_t kMaxControlPackets = 256;
 
 bool seq_after(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) > 0; }
 
@@ -139,12 +144,19 @@ void Connection::on_packet(Time now, const wire::Packet& packet, bool ce_marked)
     case wire::PacketType::Ack: on_ack(now, packet.ack); break;
     case wire::PacketType::Nak: on_nak(now, packet.nak); break;
     case wire::PacketType::Probe: {
+      rx_path_count_ = std::max<uint16_t>(rx_path_count_, static_cast<uint16_t>(packet.common.path_id + 1));
+      // One reply per path is owed at a time: the newest probe's.
+      for (Control& queued : control_) {
+        if (queued.type == wire::PacketType::ProbeReply && queued.path_id == packet.common.path_id) {
+          queued.probe = packet.probe;
+          return;
+        }
+      }
       Control reply;
       reply.type = wire::PacketType::ProbeReply;
       reply.path_id = packet.common.path_id;
       reply.probe = packet.probe;
-      rx_path_count_ = std::max<uint16_t>(rx_path_count_, static_cast<uint16_t>(packet.common.path_id + 1));
-      control_.push_back(reply);
+      queue_control(reply);
       break;
     }
     case wire::PacketType::ProbeReply: on_probe_reply(now, packet); break;
@@ -189,6 +201,10 @@ void Connection::on_data(Time now, const wire::Packet& p, bool ce_marked) {
     }
   }
 
+  if (!rocev2() && scoreboards_[path_id].beyond_window(h.path_seq)) {
+    ++counters.rx_drop_path_jump;
+    return;
+  }
   const Verdict verdict = wire::is_request(h.opcode) ? qp->on_request(p) : qp->on_response(now, p);
   // The rocev2 PSN advances only for a packet the QP did not refuse outright.
   if (rocev2() && verdict != Verdict::OutOfWindow && verdict != Verdict::QpNotReady) in_order_.record(h.path_seq);
@@ -230,7 +246,10 @@ void Connection::on_data(Time now, const wire::Packet& p, bool ce_marked) {
 
 void Connection::on_ack(Time now, const wire::Ack& ack) {
   ++endpoint_.counters_.rx_acks;
-  rate_hint_bps_ = uint64_t{ack.rate_hint_mbps} * 1'000'000;
+  if (ack.rate_hint_mbps != 0 && ack.rate_hint_mbps < kMinRateHintMbps)
+    ++endpoint_.counters_.rx_ignored_rate_hint;
+  else
+    rate_hint_bps_ = uint64_t{ack.rate_hint_mbps} * 1'000'000;
   for (uint8_t i = 0; i < ack.path_count; ++i) {
     const wire::PathSack& block = ack.paths[i];
     const Time holding = block.holding_ns != 0 ? block.holding_ns : ack.ack_delay_ns;
@@ -243,8 +262,14 @@ void Connection::on_ack(Time now, const wire::Ack& ack) {
 }
 
 void Connection::on_path_sack(Time now, SendPath& path, const wire::PathSack& block, Time ack_delay) {
-  if (path.records.empty()) return;
   const uint32_t highest = block.highest_seq;
+  // A block that reports packets never sent on the path is not believed:
+  // it would declare every packet in flight lost on every later ACK.
+  if (seq_after(highest, path.next_seq - 1)) {
+    ++endpoint_.counters_.rx_ignored_ack_block;
+    return;
+  }
+  if (path.records.empty()) return;
   // Sequence numbers the ACK can speak about: first_seq .. highest.
   if (seq_after(path.first_seq, highest)) return;
   const uint64_t upto = std::min<uint64_t>(uint64_t{highest - path.first_seq} + 1, path.records.size());
@@ -367,6 +392,14 @@ void Connection::queue_nak(uint16_t path_id, const wire::Nak& nak) {
   c.type = wire::PacketType::Nak;
   c.path_id = path_id;
   c.nak = nak;
+  queue_control(c);
+}
+
+void Connection::queue_control(const Control& c) {
+  if (control_.size() >= kMaxControlPackets) {
+    ++endpoint_.counters_.tx_control_dropped;
+    return;
+  }
   control_.push_back(c);
 }
 

@@ -117,6 +117,8 @@ class Connection {
     wire::Nak nak;
     wire::Probe probe;
   };
+  // Bounded: a full queue drops (and counts) what comes next.
+  void queue_control(const Control& c);
 
   bool rocev2() const { return profile_ == Profile::RoCEv2; }
   wire::Origin origin(uint16_t path_id) const;

@@ -45,8 +45,11 @@ class ChunkSet {
   uint32_t size_ = 0;
 };
 
-inline uint32_t chunk_count(uint32_t length, uint32_t mtu) {
-  return length == 0 ? 1 : (length + mtu - 1) / mtu;
+// The largest message, as verbs' max_msg_sz: a request claiming more is invalid.
+inline constexpr uint64_t kMaxMessageBytes = uint64_t{1} << 31;
+
+inline uint32_t chunk_count(uint64_t length, uint32_t mtu) {
+  return length == 0 ? 1 : static_cast<uint32_t>((length + mtu - 1) / mtu);
 }
 
 // Identifies one chunk of one outbound message, as a transmit record keeps it.
@@ -100,10 +103,7 @@ struct OutboundMessage {
   uint32_t stall_probes = 0;    // tail probes sent since the last progress
 
   bool all_sent() const { return next_chunk >= chunks; }
-  bool needs_response() const {
-    return opcode == wire::Opcode::ReadRequest || opcode == wire::Opcode::FetchAdd ||
-           opcode == wire::Opcode::CompareSwap;
-  }
+  bool needs_response() const { return wire::needs_response(opcode); }
 };
 
 // Why a request cannot be carried out: what the requester is told, and the

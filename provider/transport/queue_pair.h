@@ -151,6 +151,7 @@ class QueuePair {
   OutboundMessage* find_message(const ChunkRef& ref);
   // Fills message from the first packet; ReceiverNotReady, or Placed with
   // message.failure set when the request cannot be carried out.
+  uint32_t rd_atomic_outstanding() const;
   Verdict check_new_inbound(const wire::Packet& packet, InboundMessage& message);
   // The receive WQE that stream receive ordinal `index` uses: the QP's own
   // posted receives in order, or, with an SRQ, WQEs taken from it for the
@@ -159,7 +160,9 @@ class QueuePair {
   std::optional<RequestFailure> place_request_chunk(const wire::Packet& packet, InboundMessage& message,
                                                     uint32_t chunk);
   Verdict on_duplicate_request(const wire::Packet& packet);
-  Verdict fail_request(InboundMessage& message, const RequestFailure& failure, const wire::Packet& packet);
+  // `failure` is taken by value: advancing the stream may flush the QP and
+  // free `message` (and the failure stored in it).
+  Verdict fail_request(InboundMessage& message, RequestFailure failure, const wire::Packet& packet);
   void fail_responder(uint32_t msn, const InboundMessage& message);
   void advance_responder();
   void execute_read(uint32_t msn, const InboundMessage& message);

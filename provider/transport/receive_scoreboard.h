@@ -21,6 +21,12 @@ class ReceiveScoreboard {
 
   // Records seq; `gap` tells whether it jumped past a missing sequence number.
   Arrival record(uint32_t seq, bool& gap);
+  // Further ahead of the highest than any sender's window could reach: a
+  // forgery or garbage, which would make every genuine packet too old.
+  bool beyond_window(uint32_t seq) const {
+    return any_ && static_cast<int32_t>(seq - highest_) > static_cast<int32_t>(kMaxForwardJump);
+  }
+  static constexpr uint32_t kMaxForwardJump = 1u << 16;
   void count_ce() { ++ce_count_; }
   bool received(uint32_t seq) const;
   bool empty() const { return !any_; }

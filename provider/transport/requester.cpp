@@ -23,7 +23,7 @@ PostResult QueuePair::post_send(const SendWr& wr) {
   if (send_queue_.size() >= config_.max_send_wr) return PostResult::QueueFull;
   const std::span<const Sge> sges(wr.sg.data(), wr.num_sge);
   const uint64_t length = sge_total_length(sges);
-  if (length > (uint64_t{1} << 31)) return PostResult::InvalidArgument;
+  if (length > kMaxMessageBytes) return PostResult::InvalidArgument;
 
   OutboundMessage m;
   m.wr_id = wr.wr_id;

@@ -111,12 +111,24 @@ bool QueuePair::nak_due(int& naked_attempt, const wire::Packet& p) {
   return true;
 }
 
-Verdict QueuePair::fail_request(InboundMessage& m, const RequestFailure& failure, const wire::Packet& p) {
+Verdict QueuePair::fail_request(InboundMessage& m, RequestFailure failure, const wire::Packet& p) {
   m.failure = failure;
   if (nak_due(m.naked_attempt, p)) nak(failure.nak, p);
   // The stream goes to the error state when it reaches the message.
   if (p.data.msn == completed_msn_ + 1) advance_responder();
   return verdict_of(failure);
+}
+
+// READs and atomics this responder still has to execute or whose response
+// it has not sent in full. Each is outstanding at the requester too, so an
+// honest requester never has more than its max_rd_atomic here.
+uint32_t QueuePair::rd_atomic_outstanding() const {
+  uint32_t n = 0;
+  for (const auto& [msn, response] : responses_)
+    if (!response.all_sent()) ++n;
+  for (const auto& [msn, m] : inbound_)
+    if (wire::needs_response(m.opcode) && !m.failure) ++n;
+  return n;
 }
 
 Verdict QueuePair::check_new_inbound(const wire::Packet& p, InboundMessage& m) {
@@ -152,6 +164,11 @@ Verdict QueuePair::check_new_inbound(const wire::Packet& p, InboundMessage& m) {
         m.failure = access;
       break;
     default: break;
+  }
+  if (h.msg_length > kMaxMessageBytes) m.failure = RequestFailure{wire::NakKind::InvalidRequest};
+  if (!m.failure && wire::needs_response(h.opcode) && rd_atomic_outstanding() >= config_.max_dest_rd_atomic) {
+    ++endpoint_.counters_.rd_atomic_limit_refusals;
+    m.failure = RequestFailure{wire::NakKind::InvalidRequest};
   }
   if (!m.failure && wire::consumes_receive(h.opcode)) {
     const int32_t slot = static_cast<int32_t>(h.recv_index - recv_consumed_);

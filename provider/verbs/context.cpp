@@ -16,6 +16,8 @@
 #include <cstring>
 #include <strings.h>
 
+#include <nlohmann/json.hpp>
+
 #include "metaroce/abi.h"
 #include "daemon_client.h"
 #include "exit_flush.h"
@@ -525,57 +527,42 @@ void dump_stats(Context& ctx) {
   const char* env = std::getenv("METAROCE_STATS");
   if (!env || std::strcmp(env, "0") == 0) return;
   const io::RuntimeStats io = ctx.runtime->stats();
+  nlohmann::ordered_json stats = {{"io_uring", io.io_uring},
+                                  {"gso", io.gso},
+                                  {"gro", io.gro},
+                                  {"datagrams_sent", io.datagrams_sent},
+                                  {"send_syscalls", io.send_syscalls},
+                                  {"gso_sends", io.gso_sends},
+                                  {"datagrams_received", io.datagrams_received},
+                                  {"receive_syscalls", io.receive_syscalls},
+                                  {"gro_receives", io.gro_receives},
+                                  {"progress_wakeups", io.progress_wakeups},
+                                  {"unknown_sender_drops", io.unknown_sender_drops},
+                                  {"truncated_drops", io.truncated_drops},
+                                  {"oversize_drops", io.oversize_drops}};
   ctx.engine([&](transport::Endpoint& e) {
-    const transport::EndpointCounters& c = e.counters();
-    std::fprintf(stderr,
-                 "{\"metaroce_stats\":{\"io_uring\":%s,\"gso\":%s,\"gro\":%s,\"datagrams_sent\":%llu,\"send_syscalls\":%llu,"
-                 "\"gso_sends\":%llu,\"datagrams_received\":%llu,\"receive_syscalls\":%llu,\"gro_receives\":%llu,"
-                 "\"progress_wakeups\":%llu,\"unknown_sender_drops\":%llu,\"truncated_drops\":%llu,\"oversize_drops\":%llu,\"rx_datagrams\":%llu,\"rx_drop_malformed\":%llu,\"rx_drop_unknown_peer\":%llu,"
-                 "\"security\":\"%s\",\"rx_drop_integrity\":%llu,\"rx_drop_security_mode\":%llu,\"rx_drop_no_key\":%llu,"
-                 "\"rx_drop_stale_epoch\":%llu,\"rx_drop_replay\":%llu,\"rx_drop_unknown_qp\":%llu,\"rx_drop_qp_state\":%llu,"
-                 "\"rx_drop_out_of_window\":%llu,\"rx_drop_bad_request\":%llu,\"rx_drop_access\":%llu,\"rx_drop_rnr\":%llu,"
-                 "\"rx_drop_stale_response\":%llu,\"rx_duplicate_completed\":%llu,\"rx_duplicate_chunk\":%llu,"
-                 "\"peer_restarts\":%llu,"
-                 "\"tx_data_packets\":%llu,\"tx_retransmits\":%llu,\"spurious_retransmits\":%llu,"
-                 "\"rto_expirations\":%llu,\"path_failures\":%llu,\"path_recoveries\":%llu,\"tx_acks\":%llu,"
-                 "\"rx_acks\":%llu,\"tx_probes\":%llu,\"paths\":[",
-                 io.io_uring ? "true" : "false", io.gso ? "true" : "false", io.gro ? "true" : "false",
-                 (unsigned long long)io.datagrams_sent, (unsigned long long)io.send_syscalls,
-                 (unsigned long long)io.gso_sends, (unsigned long long)io.datagrams_received,
-                 (unsigned long long)io.receive_syscalls, (unsigned long long)io.gro_receives,
-                 (unsigned long long)io.progress_wakeups, (unsigned long long)io.unknown_sender_drops, (unsigned long long)io.truncated_drops,
-                 (unsigned long long)io.oversize_drops,
-                 (unsigned long long)c.rx_datagrams, (unsigned long long)c.rx_drop_malformed,
-                 (unsigned long long)c.rx_drop_unknown_peer, wire::to_string(e.config().security),
-                 (unsigned long long)c.rx_drop_integrity, (unsigned long long)c.rx_drop_security_mode,
-                 (unsigned long long)c.rx_drop_no_key, (unsigned long long)c.rx_drop_stale_epoch,
-                 (unsigned long long)c.rx_drop_replay, (unsigned long long)c.rx_drop_unknown_qp,
-                 (unsigned long long)c.rx_drop_qp_state, (unsigned long long)c.rx_drop_out_of_window,
-                 (unsigned long long)c.rx_drop_bad_request, (unsigned long long)c.rx_drop_access,
-                 (unsigned long long)c.rx_drop_rnr, (unsigned long long)c.rx_drop_stale_response,
-                 (unsigned long long)c.rx_duplicate_completed, (unsigned long long)c.rx_duplicate_chunk,
-                 (unsigned long long)c.peer_restarts, (unsigned long long)c.tx_data_packets,
-                 (unsigned long long)c.tx_retransmits, (unsigned long long)c.spurious_retransmits,
-                 (unsigned long long)c.rto_expirations, (unsigned long long)c.path_failures,
-                 (unsigned long long)c.path_recoveries, (unsigned long long)c.tx_acks,
-                 (unsigned long long)c.rx_acks, (unsigned long long)c.tx_probes);
+    stats["security"] = wire::to_string(e.config().security);
+    transport::for_each_counter(e.counters(), [&](const char* name, uint64_t value) { stats[name] = value; });
     // Sending-side state of every path of every peer, as the engine sees it now.
-    const char* separator = "";
+    nlohmann::ordered_json paths = nlohmann::ordered_json::array();
     for (const transport::PeerId peer : e.peers()) {
       for (const transport::PathSnapshot& p : e.path_snapshots(peer)) {
-        std::fprintf(stderr,
-                     "%s{\"peer\":%u,\"path\":%u,\"health\":\"%s\",\"packets_sent\":%llu,\"retransmits\":%llu,"
-                     "\"lost\":%llu,\"ecn_marks\":%llu,\"window_bytes\":%u,\"srtt_ns\":%llu,\"min_rtt_ns\":%llu}",
-                     separator, static_cast<unsigned>(peer), p.path_id, transport::to_string(p.health),
-                     (unsigned long long)p.packets_sent, (unsigned long long)p.retransmits,
-                     (unsigned long long)p.lost, (unsigned long long)p.ecn_marks, p.window_bytes,
-                     (unsigned long long)p.srtt_ns, (unsigned long long)p.min_rtt_ns);
-        separator = ",";
+        paths.push_back({{"peer", peer},
+                         {"path", p.path_id},
+                         {"health", transport::to_string(p.health)},
+                         {"packets_sent", p.packets_sent},
+                         {"retransmits", p.retransmits},
+                         {"lost", p.lost},
+                         {"ecn_marks", p.ecn_marks},
+                         {"window_bytes", p.window_bytes},
+                         {"srtt_ns", p.srtt_ns},
+                         {"min_rtt_ns", p.min_rtt_ns}});
       }
     }
-    std::fprintf(stderr, "]}}\n");
+    stats["paths"] = std::move(paths);
     return 0;
   });
+  std::fprintf(stderr, "%s\n", nlohmann::ordered_json{{"metaroce_stats", stats}}.dump().c_str());
 }
 
 void free_context(ibv_context* context) {

@@ -373,16 +373,7 @@ void DaemonClient::report() {
   std::vector<std::pair<transport::PeerId, std::vector<transport::PathSnapshot>>> conns;
   nlohmann::json counters;
   runtime_->with_engine([&](transport::Endpoint& e, transport::Time) {
-    const transport::EndpointCounters& c = e.counters();
-    counters = {{"tx_data_packets", c.tx_data_packets}, {"tx_data_bytes", c.tx_data_bytes},
-                {"tx_retransmits", c.tx_retransmits},   {"spurious_retransmits", c.spurious_retransmits},
-                {"rx_datagrams", c.rx_datagrams},       {"rx_data_packets", c.rx_data_packets},
-                {"rx_ce_marked", c.rx_ce_marked},       {"rx_acks", c.rx_acks},
-                {"tx_acks", c.tx_acks},                 {"rto_expirations", c.rto_expirations},
-                {"path_failures", c.path_failures},     {"path_recoveries", c.path_recoveries},
-                {"placed_bytes", c.placed_bytes},       {"rx_drop_malformed", c.rx_drop_malformed},
-                {"rx_drop_integrity", c.rx_drop_integrity}, {"rx_drop_stale_epoch", c.rx_drop_stale_epoch},
-                {"rx_drop_replay", c.rx_drop_replay},   {"peer_restarts", c.peer_restarts}};
+    transport::for_each_counter(e.counters(), [&](const char* name, uint64_t value) { counters[name] = value; });
     for (transport::PeerId peer : e.peers()) {
       conns.emplace_back(peer, e.path_snapshots(peer));
       if (conns.size() >= 64) break;  // keeps a report well inside kMaxMessageBytes

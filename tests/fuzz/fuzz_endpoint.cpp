@@ -429,6 +429,7 @@ constexpr size_t kDropOnly[] = {
     counter_index(offsetof(EndpointCounters, rx_drop_unknown_qp)),
     counter_index(offsetof(EndpointCounters, rx_drop_qp_state)),
     counter_index(offsetof(EndpointCounters, rx_drop_out_of_window)),
+    counter_index(offsetof(EndpointCounters, rx_drop_path_jump)),
 };
 constexpr size_t kRxDatagrams = counter_index(offsetof(EndpointCounters, rx_datagrams));
 constexpr size_t kUnknownPeer = counter_index(offsetof(EndpointCounters, rx_drop_unknown_peer));

@@ -28,8 +28,6 @@ PIDS=()
 stop_all() { for p in ${PIDS[@]+"${PIDS[@]}"}; do kill -9 "$p" 2>/dev/null || true; done; }
 at_exit stop_all
 
-# on HOST CMD...: runs CMD in host HOST's namespace with the launcher, device
-# mr0 on that host's eth0.
 
 # pair TIMEOUT SERVER_HOST CLIENT_HOST PORT PROGRAM ARGS...: server in the
 # background, client in the foreground; both must exit 0. Output in $WORK.
@@ -37,11 +35,11 @@ pair() {
     local timeout=$1 server=$2 client=$3 port=$4; shift 4
     local tag
     tag=$(basename "$1")-$port
-    timeout "$timeout" ip netns exec "${PREFIX}-$server" "$RUN" --dev mr0=eth0 ${RUN_ARGS:-} \
+    timeout "$timeout" ip netns exec "${PREFIX}-$server" "$RUN" --dev mr0=eth0 \
         "$@" -p "$port" >"$WORK/$tag.server" 2>&1 &
     local spid=$!
     sleep 0.5
-    if ! timeout "$timeout" ip netns exec "${PREFIX}-$client" "$RUN" --dev mr0=eth0 ${RUN_ARGS:-} \
+    if ! timeout "$timeout" ip netns exec "${PREFIX}-$client" "$RUN" --dev mr0=eth0 \
         "$@" -p "$port" "$(fab addr "$server")" >"$WORK/$tag.client" 2>&1; then
         cat "$WORK/$tag.client" "$WORK/$tag.server" >&2
         wait "$spid" || true
@@ -134,13 +132,13 @@ blackhole)
     ;;
 peer-killed)
     port=19600
-    timeout 120 ip netns exec "${PREFIX}-h1" "$RUN" --dev mr0=eth0 $RUN_ARGS "$PERF" -d mr0 --test write \
+    timeout 120 ip netns exec "${PREFIX}-h1" "$RUN" --dev mr0=eth0 "$PERF" -d mr0 --test write \
         -s 65536 -n 10000000 -p "$port" >"$WORK/server" 2>&1 &
     spid=$!
     PIDS+=($spid)
     sleep 0.5
     start=$(date +%s.%N)
-    timeout 120 ip netns exec "${PREFIX}-h0" "$RUN" --dev mr0=eth0 $RUN_ARGS "$PERF" -d mr0 --test write \
+    timeout 120 ip netns exec "${PREFIX}-h0" "$RUN" --dev mr0=eth0 "$PERF" -d mr0 --test write \
         -s 65536 -n 10000000 -p "$port" "$(fab addr h1)" >"$WORK/client" 2>&1 &
     cpid=$!
     sleep 2
@@ -167,8 +165,8 @@ stray)
     export METAROCE_STATS=1  # the endpoints print their drop counters when they close
     pair 180 h1 h0 19700 "$PERF" -d mr0 --test write -s 65536 -n 8000
     grep -q '"verified":true' "$WORK"/metaroce-perf-*.client || fail "not verified"
-    drops=$(grep -o '"unknown_sender_drops":[0-9]*,"truncated_drops":[0-9]*,"rx_datagrams":[0-9]*,"rx_drop_malformed":[0-9]*' \
-        "$WORK"/metaroce-perf-*.server | tr -dc '0-9,' | awk -F, '{ print $1 + $2 + $4 }')
+    drops=$(grep -h '"metaroce_stats"' "$WORK"/metaroce-perf-*.server | json - 'sum(d["metaroce_stats"][k] for k in
+        ("unknown_sender_drops", "truncated_drops", "rx_drop_malformed"))')
     (( ${drops:-0} > 0 )) || { cat "$WORK"/metaroce-perf-*.server >&2; fail "the garbage was not counted as dropped"; }
     pass "garbage at the home port during a transfer: $drops datagrams counted as dropped; transfer completed and verified"
     ;;

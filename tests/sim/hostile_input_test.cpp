@@ -78,6 +78,70 @@ class HostileInput : public ::testing::Test {
     b().on_datagram(rig_->sim().now(), from, datagram, false);
   }
 
+  // Delivers `datagram` to A as if B sent it, framed as B frames what it
+  // sends to A.
+  void inject_into_a(std::vector<uint8_t> datagram) {
+    const size_t length = datagram.size();
+    datagram.resize(length + wire::kMaxTrailerBytes);
+    const size_t framed = b().seal_datagram(rig_->node_a(), datagram, length);
+    ASSERT_GT(framed, 0u);
+    datagram.resize(framed);
+    a().on_datagram(rig_->sim().now(), rig_->node_b(), datagram, false);
+  }
+
+  // Takes everything A would send right now and loses it.
+  size_t lose_what_a_sends() {
+    std::vector<uint8_t> buf(a().max_datagram_bytes());
+    size_t count = 0;
+    while (a().poll_transmit(rig_->sim().now(), buf)) ++count;
+    return count;
+  }
+
+  std::vector<uint8_t> ack_packet(const wire::Ack& ack) {
+    std::vector<uint8_t> out(wire::kMaxAckBytes);
+    out.resize(wire::encode_ack(out, 0, ack));
+    return out;
+  }
+
+  std::vector<uint8_t> nak_packet(const wire::Nak& nak) {
+    std::vector<uint8_t> out(wire::kMaxAckBytes);
+    out.resize(wire::encode_nak(out, 0, nak));
+    return out;
+  }
+
+  void post_write(uint64_t wr_id, uint32_t length) {
+    SendWr w;
+    w.wr_id = wr_id;
+    w.opcode = WrOpcode::RdmaWrite;
+    w.num_sge = 1;
+    w.sg[0] = {addr(source_.data()), length, lkey_};
+    w.remote_addr = addr(sink_.data());
+    w.rkey = rkey_;
+    ASSERT_EQ(a().post_send(qp_.qp_a, w), PostResult::Ok);
+  }
+
+  // Runs the rig until A has a completion; returns it.
+  Completion run_to_completion(Time budget_ns) {
+    rig_->sim().wake(rig_->node_a());
+    EXPECT_TRUE(rig_->sim().run_until([&] { return a().cq_depth(qp_.cq_a) > 0; }, budget_ns));
+    Completion wc[1];
+    EXPECT_EQ(a().poll_cq(qp_.cq_a, wc), 1u);
+    return wc[0];
+  }
+
+  // The packets B would send right now, decoded.
+  std::vector<wire::Packet> b_sends() {
+    std::vector<uint8_t> buf(b().max_datagram_bytes());
+    std::vector<wire::Packet> out;
+    while (const auto n = b().poll_transmit(rig_->sim().now(), buf)) {
+      wire::Packet p;
+      const std::span<const uint8_t> body(buf.data(), n->length - wire::kIntegrityTrailerBytes);
+      EXPECT_EQ(wire::decode(body, p), wire::DecodeStatus::Ok);
+      out.push_back(p);
+    }
+    return out;
+  }
+
   // Everything the engine would send in reply right now.
   size_t replies() {
     std::vector<uint8_t> buf(b().max_datagram_bytes());
@@ -184,6 +248,148 @@ TEST_F(HostileInput, InconsistentPlacementIsRefusedAndNaked) {
   for (size_t i = 4096; i < 8192; ++i) ASSERT_EQ(sink_[i], 0x22);
   // The stream reached a request it cannot carry out: the QP is in error,
   // as an RDMA NIC's responder is after an invalid request.
+  EXPECT_EQ(b().qp_state(qp_.qp_b), transport::QpState::Error);
+}
+
+TEST_F(HostileInput, ACompletionClaimBeyondWhatWasPostedCompletesNothing) {
+  post_write(7, 4096);
+  ASSERT_GT(lose_what_a_sends(), 0u);  // sent, never delivered
+  const uint64_t ignored = a().counters().rx_ignored_stream_ack;
+  wire::Ack claim;
+  claim.stream_count = 1;
+  claim.streams[0] = {qp_.qp_a, 1'000'000};
+  inject_into_a(ack_packet(claim));
+  EXPECT_EQ(a().counters().rx_ignored_stream_ack, ignored + 1);
+  EXPECT_EQ(a().cq_depth(qp_.cq_a), 0u);
+
+  // The genuine transfer still completes, and its bytes arrive.
+  const Completion wc = run_to_completion(1'000'000'000);
+  EXPECT_EQ(wc.wr_id, 7u);
+  EXPECT_EQ(wc.status, WcStatus::Success);
+  EXPECT_EQ(std::memcmp(sink_.data(), source_.data(), 4096), 0);
+}
+
+TEST_F(HostileInput, AckBlocksForPacketsNeverSentDeclareNothingLost) {
+  post_write(1, 4096);
+  ASSERT_GT(lose_what_a_sends(), 0u);
+  wire::Ack forged;
+  forged.path_count = static_cast<uint8_t>(a().config().paths);
+  for (uint8_t i = 0; i < forged.path_count; ++i) {
+    forged.paths[i].path_id = i;
+    forged.paths[i].highest_seq = 1u << 30;  // nothing received up to it
+  }
+  const uint64_t ignored = a().counters().rx_ignored_ack_block;
+  inject_into_a(ack_packet(forged));
+  EXPECT_EQ(a().counters().rx_ignored_ack_block, ignored + forged.path_count);
+  // Believed, the blocks would have declared the packet lost: it would be
+  // retransmitted at once.
+  EXPECT_EQ(lose_what_a_sends(), 0u);
+  EXPECT_EQ(run_to_completion(1'000'000'000).status, WcStatus::Success);
+}
+
+TEST_F(HostileInput, APathSequenceFarAheadIsDroppedNotBelieved) {
+  wire::DataHeader h = write_header(0, 16);  // msn 0: a duplicate, acknowledged
+  h.flags = wire::kFlagAckRequest;
+  h.path_seq = 5;
+  inject(rig_->node_a(), data_packet(h, std::vector<uint8_t>(16, 1)));
+  h.path_seq = 5 + (1u << 30);
+  inject(rig_->node_a(), data_packet(h, std::vector<uint8_t>(16, 1)));
+  EXPECT_EQ(b().counters().rx_drop_path_jump, 1u);
+  h.path_seq = 6;
+  inject(rig_->node_a(), data_packet(h, std::vector<uint8_t>(16, 1)));
+  // The ACK still speaks of the genuine sequence numbers: believed, the jump
+  // would have made every later packet on the path too old to acknowledge.
+  bool acked = false;
+  for (const wire::Packet& p : b_sends()) {
+    if (p.common.type != wire::PacketType::Ack) continue;
+    for (uint8_t i = 0; i < p.ack.path_count; ++i) {
+      if (p.ack.paths[i].path_id != 0) continue;
+      EXPECT_EQ(p.ack.paths[i].highest_seq, 6u);
+      EXPECT_TRUE(p.ack.paths[i].covers(5));
+      acked = true;
+    }
+  }
+  EXPECT_TRUE(acked);
+}
+
+TEST_F(HostileInput, NaksForNothingSentAndHugeRnrDelaysAreBounded) {
+  // A NAK for a message not sent yet is no answer to it.
+  post_write(1, 4096);
+  wire::Nak nak;
+  nak.kind = wire::NakKind::RemoteAccess;
+  nak.qpn = qp_.qp_a;
+  nak.msn = 1;
+  inject_into_a(nak_packet(nak));
+  EXPECT_EQ(a().counters().rx_ignored_nak, 1u);
+  EXPECT_EQ(a().qp_state(qp_.qp_a), transport::QpState::ReadyToSend);
+  EXPECT_EQ(run_to_completion(1'000'000'000).status, WcStatus::Success);
+
+  // An RNR NAK asking for 4.29 s waits IB's longest RNR timer at most.
+  post_write(2, 4096);
+  ASSERT_GT(lose_what_a_sends(), 0u);
+  nak.kind = wire::NakKind::ReceiverNotReady;
+  nak.msn = 2;
+  nak.rnr_delay_ns = 4'290'000'000u;
+  inject_into_a(nak_packet(nak));
+  const Time start = rig_->sim().now();
+  const Completion wc = run_to_completion(1'000'000'000);
+  EXPECT_EQ(wc.status, WcStatus::Success);
+  EXPECT_GE(rig_->sim().now() - start, transport::kMaxRnrDelayNs);
+}
+
+TEST_F(HostileInput, ALowRateHintIsNotBelieved) {
+  wire::Ack hint;
+  hint.rate_hint_mbps = 1;
+  inject_into_a(ack_packet(hint));
+  EXPECT_EQ(a().counters().rx_ignored_rate_hint, 1u);
+  // 64 KiB at the hinted 1 Mb/s would take half a second of virtual time.
+  post_write(1, 64 * 1024);
+  EXPECT_EQ(run_to_completion(100'000'000).status, WcStatus::Success);
+}
+
+TEST_F(HostileInput, TheControlQueueIsBounded) {
+  // Each packet starts a message that fails its key check and asks for an
+  // ACK: one NAK each, were the queue unbounded.
+  const uint32_t window = b().config().max_outstanding_messages;
+  for (uint32_t msn = 2; msn < window; ++msn) {
+    wire::DataHeader h = write_header(msn, 16);
+    h.rkey ^= 0x5a5a00;
+    h.path_seq = msn;
+    h.flags = wire::kFlagAckRequest;
+    inject(rig_->node_a(), data_packet(h, std::vector<uint8_t>(16, 1)));
+  }
+  size_t naks = 0;
+  for (const wire::Packet& p : b_sends()) naks += p.common.type == wire::PacketType::Nak;
+  EXPECT_GT(naks, 0u);
+  EXPECT_LE(naks, 256u);
+  EXPECT_EQ(b().counters().tx_control_dropped, window - 2 - naks);
+}
+
+TEST_F(HostileInput, ReadsBeyondMaxDestRdAtomicAreRefused) {
+  // B's QP takes max_dest_rd_atomic (16) outstanding READs; the 17th is an
+  // invalid request, as the IB spec has a responder treat it.
+  const uint32_t limit = transport::QpConfig{}.max_dest_rd_atomic;
+  for (uint32_t msn = 1; msn <= limit + 4; ++msn) {
+    wire::DataHeader h = write_header(msn, 64 * 1024);
+    h.opcode = wire::Opcode::ReadRequest;
+    h.path_seq = msn;
+    wire::ReadRequest read{addr(source_.data()), lkey_};
+    std::vector<uint8_t> out(wire::kDataHeaderBytes + 64);
+    out.resize(wire::encode_data(out, 0, h, &read, nullptr, nullptr, 0));
+    inject(rig_->node_a(), out);
+  }
+  EXPECT_EQ(b().counters().rd_atomic_limit_refusals, 1u);
+  EXPECT_EQ(b().qp_state(qp_.qp_b), transport::QpState::Error);
+}
+
+TEST_F(HostileInput, AMessageLongerThanTheLargestIsRefused) {
+  for (const uint32_t length : {0x80000001u, 0xffffff00u}) {
+    wire::DataHeader h = write_header(1, length);
+    h.path_seq = length & 0xff;
+    inject(rig_->node_a(), data_packet(h, std::vector<uint8_t>(4096, 0x66)));
+  }
+  EXPECT_EQ(b().counters().rx_drop_bad_request, 2u);
+  EXPECT_EQ(b().counters().placed_bytes, 0u);
   EXPECT_EQ(b().qp_state(qp_.qp_b), transport::QpState::Error);
 }
 
