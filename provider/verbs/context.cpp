@@ -503,7 +503,11 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
   // records, and for a kernel device a thread copies the kernel's events
   // from its event file into the pipe (see async_events.cpp).
   ::fcntl(fds[1], F_SETFL, O_NONBLOCK);
-  const int kernel_async_fd = alloc->vctx.context.async_fd;
+  int kernel_async_fd = alloc->vctx.context.async_fd;
+  // libibverbs' ioctl form of GET_CONTEXT makes no event file: libibverbs
+  // allocates one after alloc_context when async_fd is -1, which ours never
+  // is; without it the kernel's port events reach nobody.
+  if (dev->kernel && kernel_async_fd < 0) kernel_async_fd = kernel_alloc_async_fd(alloc->vctx.context.cmd_fd);
   alloc->vctx.context.async_fd = fds[0];
   impl->async_write_fd = fds[1];
   if (dev->kernel && kernel_async_fd >= 0)

