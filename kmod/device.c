@@ -27,7 +27,8 @@ static void mroce_dealloc_driver(struct ib_device *ib)
 	mutex_lock(&mroce_devices_lock);
 	list_del_init(&dev->node);
 	mutex_unlock(&mroce_devices_lock);
-	mroce_gsi_net_put(dev->gnet);
+	if (dev->gnet)
+		mroce_gsi_net_put(dev->gnet);
 	dev_put(dev->ndev);
 }
 
@@ -70,6 +71,11 @@ int mroce_newlink(const char *ibdev_name, struct net_device *ndev)
 	if (!dev)
 		return -ENOMEM;
 	INIT_LIST_HEAD(&dev->node);
+	/* Our own reference, dropped in dealloc_driver (which
+	 * ib_dealloc_device runs on the error paths below too): the core
+	 * drops its one while unregistering, before sysfs (whose port files
+	 * call query_port) is gone. */
+	dev_hold(ndev);
 	dev->ndev = ndev;
 	ib_set_device_ops(&dev->ib, &mroce_dev_ops);
 	ib_set_device_ops(&dev->ib, &mroce_query_ops);
@@ -97,11 +103,6 @@ int mroce_newlink(const char *ibdev_name, struct net_device *ndev)
 	err = mroce_gsi_net_get(dev_net(ndev), &dev->gnet);
 	if (err)
 		goto free;
-	/* Our own reference, dropped in dealloc_driver: the core drops its
-	 * one while unregistering, before sysfs (whose port files call
-	 * query_port) is gone. */
-	dev_hold(ndev);
-
 	/* Claim the netdev before registering, so that two concurrent adds
 	 * on one netdev cannot both succeed. The lock is not held across
 	 * registration, which takes locks the netdev notifier holds. */
@@ -111,7 +112,7 @@ int mroce_newlink(const char *ibdev_name, struct net_device *ndev)
 		mutex_unlock(&mroce_devices_lock);
 		pr_info("metaroce: %s already has a metaroce device\n", netdev_name(ndev));
 		err = -EEXIST;
-		goto put;
+		goto free;
 	}
 	list_add_tail(&dev->node, &mroce_devices);
 	mutex_unlock(&mroce_devices_lock);
@@ -122,7 +123,7 @@ int mroce_newlink(const char *ibdev_name, struct net_device *ndev)
 		list_del_init(&dev->node);
 		mutex_unlock(&mroce_devices_lock);
 		pr_info("metaroce: registering %s on %s failed: %d\n", ibdev_name, netdev_name(ndev), err);
-		goto put;
+		goto free;
 	}
 	/* The netdev may have started to go away while we registered: its
 	 * NETDEV_UNREGISTER could not yet queue our removal. */
@@ -131,10 +132,8 @@ int mroce_newlink(const char *ibdev_name, struct net_device *ndev)
 	pr_info("metaroce: %s on %s\n", ibdev_name, netdev_name(ndev));
 	return 0;
 
-put:
-	dev_put(ndev);
-	mroce_gsi_net_put(dev->gnet);
 free:
+	/* dealloc_driver releases the netdev and the GSI sockets. */
 	ib_dealloc_device(&dev->ib);
 	return err;
 }
