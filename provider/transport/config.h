@@ -29,11 +29,17 @@ struct EndpointConfig {
   uint32_t qpn_base = 0x11;
   uint32_t max_qps = 0xffffff;
   uint16_t paths = 4;                  // MetaRoCE only; RoCEv2 always uses one
+  // Independent network planes the device reaches (one NIC or netdev each).
+  // Path p belongs to plane p % planes, so consecutive paths alternate
+  // planes and the scheduler spreads a connection's packets over all of
+  // them. Use a multiple of planes as paths to give each plane as many.
+  uint16_t planes = 1;
   uint32_t mtu = 4096;                 // payload bytes per data packet
   uint64_t path_rate_bps = 100'000'000'000;  // line rate per path: pacing ceiling, initial window
   uint64_t inbound_capacity_bps = 0;   // receiver rate hint total; 0 = paths * path_rate_bps
-  // The rate hint hands out this fraction of the inbound capacity, so that a
-  // queue built by the first RTT of an incast drains instead of standing.
+  // With several senders the rate hint hands out this fraction of the
+  // inbound capacity, so that a queue built by the first RTT of an incast
+  // drains instead of standing; a lone sender is given all of it.
   double rate_hint_utilization = 0.95;
   Time base_rtt_ns = 8'000;            // RTT before the first sample
   Time min_rto_ns = 0;                 // 0 = 4 * base RTT

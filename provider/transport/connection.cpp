@@ -27,6 +27,13 @@ constexpr uint32_t kMinRateHintMbps = 10;
 // NAKs and probe replies waiting to be sent, at most.
 constexpr size_t kMaxControlPackets = 256;
 
+// rocev2 profile: a data packet to this QP number (IB's reserved QP0, never
+// an RC QP) only fills its PSN. The sender resends one in go-back-N where
+// the packet first sent there can no longer be built (its QP was destroyed,
+// its READ response is gone): without it the PSN would stay a hole that
+// stops every QP of the connection.
+constexpr uint32_t kPsnFillerQpn = 0;
+
 bool seq_after(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) > 0; }
 
 Time ceil_ns(double ns) { return ns <= 0 ? 0 : static_cast<Time>(std::ceil(ns)); }
@@ -51,6 +58,29 @@ Connection::Connection(Endpoint& endpoint, PeerId peer)
   for (uint16_t i = 0; i < count; ++i) {
     paths_.emplace_back(i, config.base_rtt_ns, params);
     paths_.back().stats.path_id = i;
+    paths_.back().stats.plane = endpoint.plane_of_path(i);
+    if (!endpoint.plane_up(paths_.back().stats.plane)) paths_.back().health = PathHealth::Failed;
+  }
+}
+
+void Connection::on_plane_change(Time now, uint16_t plane, bool up) {
+  for (SendPath& path : paths_) {
+    if (path.stats.plane != plane) continue;
+    if (up) {
+      // Probed at once: the NIC is back, the fabric behind it may not be.
+      path.health = PathHealth::Failed;
+      path.probe_interval = endpoint_.probe_interval();
+      path.probe_at = now;
+      continue;
+    }
+    for (TxRecord& record : path.records)
+      if (record.state == TxRecord::State::InFlight) declare_lost(path, record);
+    path.health = PathHealth::Failed;
+    path.probe_at = kNever;  // until the plane is up
+    path.probe_sent = kNever;
+    path.rto_deadline = kNever;
+    path.rewinding = false;
+    ++endpoint_.counters_.plane_drains;
   }
 }
 
@@ -101,11 +131,18 @@ uint16_t Connection::reply_path(Time now) {
   // fraction of the replies rather than its share of all of them (a lost
   // ACK at the end of a burst costs the sender an RTO). Only evidence
   // excludes a path: one not used lately is not presumed dead.
+  // Paths on a plane that is down are left out altogether (unless every
+  // plane is down, when nothing gets through anyway).
   const uint16_t count = std::max<uint16_t>(rx_path_count_, 1);
-  const uint64_t all = count >= 64 ? ~uint64_t{0} : (uint64_t{1} << count) - 1;
+  uint64_t all = count >= 64 ? ~uint64_t{0} : (uint64_t{1} << count) - 1;
+  uint64_t planes_down = 0;
+  for (uint16_t i = 0; i < 64 && i < count; ++i)
+    if (!endpoint_.plane_up(endpoint_.plane_of_path(i))) planes_down |= uint64_t{1} << i;
+  if (planes_down != all) all &= ~planes_down;
   uint64_t dead = 0;
   for (uint16_t i = 0; i < wire::kHeardPathBits && i < count; ++i)
     if (unheard_since_[i] != kNever && now - unheard_since_[i] > endpoint_.min_rto()) dead |= uint64_t{1} << i;
+  dead &= all;
   uint64_t pool = all;
   if (dead != 0 && dead != all) pool = ++replies_ % kRediscoverEvery == 0 ? dead : all & ~dead;
   // The next path of the pool after the last reply's.
@@ -115,8 +152,26 @@ uint16_t Connection::reply_path(Time now) {
   return reply_cursor_;
 }
 
-bool Connection::sending_to_us(Time now) const {
-  return any_data_rx_ && now - last_data_rx_ <= 4 * endpoint_.config().base_rtt_ns + endpoint_.ack_delay();
+Time Connection::activity_window() const { return 4 * endpoint_.config().base_rtt_ns + endpoint_.ack_delay(); }
+
+bool Connection::sending_to_us(Time now) const { return any_data_rx_ && now - last_data_rx_ <= activity_window(); }
+
+void Connection::count_rx_bytes(Time now, uint64_t bytes) {
+  const Time window = activity_window();
+  if (now - rx_window_start_ >= window) {
+    rx_prev_window_bytes_ = now - rx_window_start_ < 2 * window ? rx_window_bytes_ : 0;
+    rx_window_bytes_ = 0;
+    rx_window_start_ = now;
+  }
+  rx_window_bytes_ += bytes;
+}
+
+double Connection::recent_rx_rate_bps(Time now) const {
+  const Time window = activity_window();
+  const Time elapsed = now - rx_window_start_;
+  if (elapsed >= 2 * window) return 0;
+  if (elapsed >= window) return static_cast<double>(rx_window_bytes_) * 8e9 / static_cast<double>(elapsed);
+  return static_cast<double>(rx_prev_window_bytes_ + rx_window_bytes_) * 8e9 / static_cast<double>(window + elapsed);
 }
 
 // --- receive ---------------------------------------------------------------
@@ -167,8 +222,9 @@ void Connection::on_packet(Time now, const wire::Packet& packet, bool ce_marked)
 void Connection::on_data(Time now, const wire::Packet& p, bool ce_marked) {
   EndpointCounters& counters = endpoint_.counters_;
   const wire::DataHeader& h = p.data;
-  QueuePair* qp = attached_qp(h.dst_qpn);
-  if (!qp || qp->remote_qpn() != h.src_qpn) {
+  const bool psn_filler = rocev2() && h.dst_qpn == kPsnFillerQpn;
+  QueuePair* qp = psn_filler ? nullptr : attached_qp(h.dst_qpn);
+  if (!psn_filler && (!qp || qp->remote_qpn() != h.src_qpn)) {
     ++counters.rx_drop_unknown_qp;
     return;
   }
@@ -192,7 +248,7 @@ void Connection::on_data(Time now, const wire::Packet& p, bool ce_marked) {
           wire::Nak nak;
           nak.kind = wire::NakKind::Sequence;
           nak.data_path_id = 0;
-          nak.qpn = qp->remote_qpn();
+          nak.qpn = qp ? qp->remote_qpn() : kPsnFillerQpn;
           nak.msn = h.msn;
           nak.expected_seq = in_order_.expected();
           queue_nak(0, nak);
@@ -205,7 +261,9 @@ void Connection::on_data(Time now, const wire::Packet& p, bool ce_marked) {
     ++counters.rx_drop_path_jump;
     return;
   }
-  const Verdict verdict = wire::is_request(h.opcode) ? qp->on_request(p) : qp->on_response(now, p);
+  const Verdict verdict = psn_filler                   ? Verdict::Placed
+                          : wire::is_request(h.opcode) ? qp->on_request(p)
+                                                       : qp->on_response(now, p);
   // The rocev2 PSN advances only for a packet the QP did not refuse outright.
   if (rocev2() && verdict != Verdict::OutOfWindow && verdict != Verdict::QpNotReady) in_order_.record(h.path_seq);
   switch (verdict) {
@@ -242,6 +300,7 @@ void Connection::on_data(Time now, const wire::Packet& p, bool ce_marked) {
   rx_path_count_ = std::max<uint16_t>(rx_path_count_, static_cast<uint16_t>(path_id + 1));
   last_data_rx_ = now;
   any_data_rx_ = true;
+  count_rx_bytes(now, wire::kDataHeaderBytes + p.payload.size());
 }
 
 void Connection::on_ack(Time now, const wire::Ack& ack) {
@@ -374,7 +433,9 @@ void Connection::on_probe_reply(Time now, const wire::Packet& packet) {
   const uint16_t id = packet.common.path_id;
   if (id >= paths_.size()) return;
   SendPath& path = paths_[id];
-  if (path.health == PathHealth::Active || packet.probe.probe_seq != path.probe_seq) return;
+  if (path.health == PathHealth::Active || packet.probe.probe_seq != path.probe_seq ||
+      !endpoint_.plane_up(path.stats.plane))
+    return;
   // A failed path comes back with a fresh window; a suspect one lost only
   // what timed out and keeps its window.
   if (path.health == PathHealth::Failed) path.cc.reset();
@@ -454,6 +515,14 @@ void Connection::path_timeout(Time now, SendPath& path) {
   path.rto_deadline = path.inflight_bytes > 0 || path.rewinding ? now + rto(path) : kNever;
 }
 
+void Connection::hand_over_window(const SendPath& leaving) {
+  std::vector<SendPath*> heirs;
+  for (SendPath& path : paths_)
+    if (&path != &leaving && path.health == PathHealth::Active && path.stats.plane == leaving.stats.plane)
+      heirs.push_back(&path);
+  for (SendPath* heir : heirs) heir->cc.absorb(static_cast<double>(leaving.cc.window()) / static_cast<double>(heirs.size()));
+}
+
 bool Connection::last_active(const SendPath& path) const {
   if (path.health != PathHealth::Active) return false;
   for (const SendPath& other : paths_)
@@ -477,6 +546,7 @@ void Connection::blame_path(Time now, SendPath& path) {
     // works, at no risk to a message.
     path.health = PathHealth::Suspect;
     path.probe_at = now;
+    hand_over_window(path);
   }
 }
 
@@ -510,7 +580,8 @@ void Connection::on_path_probe_timer(Time now, SendPath& path) {
 void Connection::on_timer(Time now) {
   for (SendPath& path : paths_) {
     if (path.rto_deadline <= now) path_timeout(now, path);
-    if (path.health != PathHealth::Active && path.probe_at <= now) on_path_probe_timer(now, path);
+    if (path.health != PathHealth::Active && path.probe_at <= now && endpoint_.plane_up(path.stats.plane))
+      on_path_probe_timer(now, path);
   }
   for (QueuePair* qp : std::vector<QueuePair*>(qps_)) {
     qp->on_timer(now);
@@ -543,9 +614,7 @@ bool Connection::ack_due(Time now) const {
 }
 
 uint32_t Connection::rate_hint_mbps(Time now) const {
-  const double capacity = endpoint_.config().rate_hint_utilization * static_cast<double>(endpoint_.inbound_capacity_bps());
-  const uint64_t share = static_cast<uint64_t>(capacity / static_cast<double>(std::max<size_t>(1, endpoint_.active_senders(now))));
-  return static_cast<uint32_t>(std::min<uint64_t>(share / 1'000'000, UINT32_MAX));
+  return static_cast<uint32_t>(std::min<uint64_t>(endpoint_.rate_hint_bps(now) / 1'000'000, UINT32_MAX));
 }
 
 size_t Connection::send_ack(Time now, std::span<uint8_t> out, uint16_t& path_id) {
@@ -685,9 +754,19 @@ size_t Connection::send_rewind(Time now, SendPath& path, std::span<uint8_t> out)
     ++path.rewind_seq;
     QueuePair* qp = attached_qp(record.ref.qpn);
     if (qp && !qp->source_readable(record.ref)) qp->abandon_source(record.ref);
-    const size_t length = qp ? qp->build_packet(record.ref, origin(0), path.rewind_seq - 1, wire::kFlagRetransmit, out) : 0;
-    if (length == 0) continue;
-    if (!record.ref.response) qp->on_request_sent(now);
+    size_t length = qp ? qp->build_packet(record.ref, origin(0), path.rewind_seq - 1, wire::kFlagRetransmit, out) : 0;
+    if (length == 0) {
+      wire::DataHeader filler;
+      filler.opcode = wire::Opcode::Write;
+      filler.dst_qpn = kPsnFillerQpn;
+      filler.path_seq = path.rewind_seq - 1;
+      filler.flags = wire::kFlagRetransmit;
+      length = wire::encode_data(out, origin(0), filler, nullptr, nullptr, nullptr, 0);
+      if (length == 0) continue;
+      ++endpoint_.counters_.tx_psn_fillers;
+    } else if (!record.ref.response) {
+      qp->on_request_sent(now);
+    }
     record.sent = now;
     if (record.state != TxRecord::State::InFlight) {
       record.state = TxRecord::State::InFlight;

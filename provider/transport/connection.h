@@ -50,6 +50,7 @@ class Connection {
   Time next_wakeup() const;
 
   void queue_nak(uint16_t path_id, const wire::Nak& nak);
+  void on_plane_change(Time now, uint16_t plane, bool up);
   void on_message_completed() { ack_now_ = true; }
   // The driver is about to stop: an ACK of whatever arrived is due now.
   void ack_everything_now();
@@ -60,8 +61,10 @@ class Connection {
   // The paths' largest RTO: the shortest transport timeout of a QP.
   Time retry_base() const;
 
-  // For the receiver's rate hint: did this peer send us data recently?
+  // For the receiver's rate hint: did this peer send us data recently, and
+  // at what rate (data packets' bytes over the last one to two windows)?
   bool sending_to_us(Time now) const;
+  double recent_rx_rate_bps(Time now) const;
   std::vector<PathSnapshot> snapshots() const;
 
  private:
@@ -136,6 +139,9 @@ class Connection {
   void declare_lost(SendPath& path, TxRecord& record);
   void trim(SendPath& path);
   void path_timeout(Time now, SendPath& path);
+  // A path stopped carrying data: the active paths of its plane take over
+  // its window, so that the connection keeps its rate.
+  void hand_over_window(const SendPath& leaving);
   // The path lost a packet or a probe while the peer acknowledged traffic
   // sent after it: counts toward suspect and failed.
   void blame_path(Time now, SendPath& path);
@@ -162,6 +168,8 @@ class Connection {
   size_t send_rewind(Time now, SendPath& path, std::span<uint8_t> out);
   size_t send_ack(Time now, std::span<uint8_t> out, uint16_t& path_id);
   bool ack_due(Time now) const;
+  Time activity_window() const;  // 4 base RTTs + ACK delay
+  void count_rx_bytes(Time now, uint64_t bytes);
   uint32_t rate_hint_mbps(Time now) const;
 
   Endpoint& endpoint_;
@@ -206,6 +214,8 @@ class Connection {
   std::array<uint64_t, wire::kHeardPathBits> heard_at_{};  // rx_packets_ when path i was last heard, + 1
   Time last_data_rx_ = 0;
   bool any_data_rx_ = false;
+  Time rx_window_start_ = 0;
+  uint64_t rx_window_bytes_ = 0, rx_prev_window_bytes_ = 0;
 
   std::deque<Control> control_;
 };

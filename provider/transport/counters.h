@@ -50,6 +50,7 @@ namespace metaroce::transport {
   X(rto_expirations) \
   X(path_failures) \
   X(path_recoveries) \
+  X(plane_drains) /* paths drained because their plane went down */ \
   X(go_back_n) /* rocev2 profile: rewinds */ \
   X(atomics_executed) \
   X(atomic_replays) /* duplicate atomic answered from the result cache */ \
@@ -62,7 +63,8 @@ namespace metaroce::transport {
   X(rx_ignored_rate_hint) /* receiver rate hint below 10 Mb/s */ \
   X(rx_drop_path_jump) /* path_seq implausibly far beyond the path's highest */ \
   X(rd_atomic_limit_refusals) /* READ/atomic beyond max_dest_rd_atomic (also an rx_drop_bad_request) */ \
-  X(tx_control_dropped) /* NAK or probe reply not queued: the control queue was full */
+  X(tx_control_dropped) /* NAK or probe reply not queued: the control queue was full */ \
+  X(tx_psn_fillers) /* rocev2 profile: go-back-N sent a PSN filler for a packet it could not rebuild */
 
 struct EndpointCounters {
 #define METAROCE_COUNTER_FIELD(name) uint64_t name = 0;
@@ -83,6 +85,7 @@ const char* to_string(PathHealth health);
 
 struct PathSnapshot {
   uint16_t path_id = 0;
+  uint16_t plane = 0;
   PathHealth health = PathHealth::Active;
   uint64_t packets_sent = 0;
   uint64_t bytes_sent = 0;

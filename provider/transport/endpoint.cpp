@@ -46,6 +46,7 @@ Endpoint::Endpoint(const EndpointConfig& config)
   config_.mtu = std::clamp<uint32_t>(config_.mtu, 256, 65536 - 128);
   if (config_.profile == Profile::RoCEv2) config_.paths = 1;
   config_.paths = std::clamp<uint16_t>(config_.paths, 1, wire::kMaxPaths);
+  config_.planes = std::clamp<uint16_t>(config_.planes, 1, config_.paths);
   config_.ack_every_packets = std::max<uint32_t>(config_.ack_every_packets, 1);
   config_.max_outstanding_messages = std::max<uint32_t>(config_.max_outstanding_messages, 1);
   // A burst longer than a fraction of the RTO would look like a stall.
@@ -87,6 +88,33 @@ size_t Endpoint::active_senders(Time now) const {
   for (const auto& [id, peer] : connections_)
     if (peer.connection->sending_to_us(now)) ++count;
   return count;
+}
+
+uint64_t Endpoint::rate_hint_bps(Time now) const {
+  const double capacity = static_cast<double>(inbound_capacity_bps());
+  const size_t senders = std::max<size_t>(1, active_senders(now));
+  const double equal = capacity / static_cast<double>(senders);
+  double light_bps = 0;
+  size_t light = 0;
+  for (const auto& [id, peer] : connections_) {
+    if (!peer.connection->sending_to_us(now)) continue;
+    const double rate = peer.connection->recent_rx_rate_bps(now);
+    if (rate < equal / 2) {
+      light_bps += rate;
+      ++light;
+    }
+  }
+  const size_t heavy = senders - light;
+  const double utilization = heavy > 1 || (heavy == 0 && senders > 1) ? config_.rate_hint_utilization : 1.0;
+  if (heavy == 0) return static_cast<uint64_t>(utilization * equal);
+  return static_cast<uint64_t>(std::max(0.0, utilization * capacity - light_bps) / static_cast<double>(heavy));
+}
+
+void Endpoint::set_plane_up(Time now, uint16_t plane, bool up) {
+  if (plane >= config_.planes || up == plane_up(plane)) return;
+  if (up) planes_down_ &= ~(uint64_t{1} << plane);
+  else planes_down_ |= uint64_t{1} << plane;
+  for (auto& [id, peer] : connections_) peer.connection->on_plane_change(now, plane, up);
 }
 
 void Endpoint::set_congestion(const CongestionConfig& cc) {
@@ -132,6 +160,15 @@ size_t Endpoint::poll_cq(uint32_t cq, std::span<Completion> out) {
 size_t Endpoint::cq_depth(uint32_t cq) const {
   auto it = cqs_.find(cq);
   return it == cqs_.end() ? 0 : it->second->entries.size();
+}
+
+void Endpoint::push_flushed_receive(uint32_t cq, uint32_t qpn, uint64_t wr_id) {
+  Completion c;
+  c.wr_id = wr_id;
+  c.status = WcStatus::WorkRequestFlushed;
+  c.opcode = WcOpcode::Recv;
+  c.qp_num = qpn;
+  push_completion(cq, c);
 }
 
 void Endpoint::push_completion(uint32_t cq, const Completion& completion, bool owes_ack) {
@@ -553,7 +590,7 @@ std::optional<TxDatagram> Endpoint::poll_transmit(Time now, std::span<uint8_t> b
         length += wire::kIntegrityTrailerBytes;
         ud_tx_cursor_ = it->first;
         ++counters_.tx_ud_datagrams;
-        return TxDatagram{peer, 0, static_cast<uint32_t>(length)};
+        return TxDatagram{peer, 0, 0, static_cast<uint32_t>(length)};  // path 0's slot and plane
       }
     }
   }
@@ -569,7 +606,7 @@ std::optional<TxDatagram> Endpoint::poll_transmit(Time now, std::span<uint8_t> b
     if (length > 0) length = frame(start->second, buf, length);
     if (length > 0) {
       tx_cursor_ = start->first;
-      return TxDatagram{start->first, path_id, static_cast<uint32_t>(length)};
+      return TxDatagram{start->first, path_id, plane_of_path(path_id), static_cast<uint32_t>(length)};
     }
     ++start;
   }

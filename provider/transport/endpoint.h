@@ -51,6 +51,7 @@ struct SrqAttributes {
 struct TxDatagram {
   PeerId peer = 0;
   uint16_t path_id = 0;  // the driver sends from its socket (source port) for this path
+  uint16_t plane = 0;    // ... through its NIC on this plane (path_id % planes)
   uint32_t length = 0;   // bytes written to the buffer given to poll_transmit
 };
 
@@ -166,6 +167,13 @@ class Endpoint {
   void set_congestion(const CongestionConfig& cc);
   // Added for metaroced: the receiver rate hint's share, applied from the next ACK.
   void set_rate_hint_utilization(double utilization) { config_.rate_hint_utilization = utilization; }
+  // The driver saw the plane's NIC go down (or come back up). Down: every
+  // path on it is drained at once, its packets in flight are resent on the
+  // other planes, and nothing is sent on it (ACKs included) until it is up;
+  // up: its paths are probed before they carry data again.
+  void set_plane_up(Time now, uint16_t plane, bool up);
+  bool plane_up(uint16_t plane) const { return plane >= 64 || ((planes_down_ >> plane) & 1) == 0; }
+  uint16_t plane_of_path(uint16_t path_id) const { return static_cast<uint16_t>(path_id % config_.planes); }
 
   // Configuration with defaults resolved.
   CongestionParams congestion_params() const;
@@ -175,6 +183,14 @@ class Endpoint {
   uint64_t inbound_capacity_bps() const;
   // Peers that sent us data recently: the receiver's rate hint divides among them.
   size_t active_senders(Time now) const;
+  // What the rate hint grants each of them: the inbound capacity shared
+  // max-min fairly. A peer sending less than half an equal share (control
+  // traffic, a stream's credits) keeps what it uses and the others divide
+  // the rest; every peer is granted the same rate, so a light one may grow
+  // into a share. With two or more heavy peers only rate_hint_utilization of
+  // the capacity is handed out, so that the queue their first RTT built
+  // drains; a lone heavy peer is given all of it.
+  uint64_t rate_hint_bps(Time now) const;
 
  private:
   friend class Connection;
@@ -192,6 +208,8 @@ class Endpoint {
   size_t frame(Peer& peer, std::span<uint8_t> buf, size_t length);
   QueuePair* find_qp(uint32_t qpn) const;
   void push_completion(uint32_t cq, const Completion& completion, bool owes_ack = false);
+  // A receive WQE of QP `qpn` completed as flushed (the QP is in error).
+  void push_flushed_receive(uint32_t cq, uint32_t qpn, uint64_t wr_id);
   void deliver_completion(uint32_t cq, const Completion& completion);
   void release_completions();
   UdQueuePair* find_ud_qp(uint32_t qpn) const;
@@ -221,6 +239,7 @@ class Endpoint {
   uint32_t ud_tx_cursor_ = 0;  // round-robin start among UD QPs
   uint32_t next_qpn_index_ = 0;
   PeerId tx_cursor_ = 0;  // round-robin start among connections
+  uint64_t planes_down_ = 0;  // bit per plane
   // Decoded form of the datagram being handled, kept between calls: a
   // Packet is over 1 KB, and zeroing a fresh one per datagram cost more than
   // decoding it. decode() writes every member that the packet's type uses.

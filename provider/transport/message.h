@@ -92,6 +92,7 @@ struct OutboundMessage {
   // Requester only.
   uint64_t wr_id = 0;
   bool signaled = true;
+  bool fence = false;
   WcOpcode wc_opcode = WcOpcode::Send;
   WcStatus status = WcStatus::Success;
   bool done = false;            // finished (successfully or not); completes in order

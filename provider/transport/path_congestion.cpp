@@ -21,6 +21,10 @@ void PathCongestion::set_params(const CongestionParams& params) {
   window_ = std::clamp<double>(window_, params_.min_window_bytes, params_.max_window_bytes);
 }
 
+void PathCongestion::absorb(double bytes) {
+  window_ = std::clamp<double>(window_ + bytes, params_.min_window_bytes, params_.max_window_bytes);
+}
+
 void PathCongestion::shrink(Time now, double factor) {
   window_ = std::max<double>(window_ * factor, params_.min_window_bytes);
   last_decrease_ = now;

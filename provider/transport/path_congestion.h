@@ -31,6 +31,9 @@ class PathCongestion {
               Time rtt_sample, Time min_rtt, Time srtt);
   void reset();
   void set_params(const CongestionParams& params);
+  // Takes over `bytes` of window from a path that stopped carrying data
+  // (up to the maximum window).
+  void absorb(double bytes);
 
   uint32_t window() const { return static_cast<uint32_t>(window_); }
   double alpha() const { return alpha_; }

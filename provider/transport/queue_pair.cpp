@@ -93,13 +93,8 @@ void QueuePair::flush() {
   send_cursor_ = 0;
   reads_atomics_in_flight_ = 0;
   while (!recv_queue_.empty()) {
-    Completion c;
-    c.wr_id = recv_queue_.front().wr_id;
-    c.status = WcStatus::WorkRequestFlushed;
-    c.opcode = WcOpcode::Recv;
-    c.qp_num = qpn_;
+    endpoint_.push_flushed_receive(recv_cq_, qpn_, recv_queue_.front().wr_id);
     recv_queue_.pop_front();
-    endpoint_.push_completion(recv_cq_, c);
   }
   inbound_.clear();
   responses_.clear();

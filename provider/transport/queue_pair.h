@@ -157,6 +157,7 @@ class QueuePair {
   // posted receives in order, or, with an SRQ, WQEs taken from it for the
   // ordinals in order. Null when none is there (RNR) or `index` is consumed.
   const RecvWr* receive_for(uint32_t index);
+  void write_chunk(uint32_t msn, uint64_t dest, std::span<const uint8_t> payload);
   std::optional<RequestFailure> place_request_chunk(const wire::Packet& packet, InboundMessage& message,
                                                     uint32_t chunk);
   Verdict on_duplicate_request(const wire::Packet& packet);
@@ -170,6 +171,7 @@ class QueuePair {
   void queue_atomic_response(uint32_t msn, uint64_t original);
   void advance_requester();
   // Sends every chunk of m again as a new attempt.
+  bool held(size_t index) const;
   void restart(OutboundMessage& m, size_t index);
   void release_rd_atomic(OutboundMessage& m);
   // Marks m finished with `status` (it completes in posting order).

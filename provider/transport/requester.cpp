@@ -28,6 +28,7 @@ PostResult QueuePair::post_send(const SendWr& wr) {
   OutboundMessage m;
   m.wr_id = wr.wr_id;
   m.signaled = wr.signaled;
+  m.fence = wr.fence;
   m.length = static_cast<uint32_t>(length);
   m.remote_addr = wr.remote_addr;
   m.rkey = wr.rkey;
@@ -89,6 +90,40 @@ PostResult QueuePair::post_send(const SendWr& wr) {
   return PostResult::Ok;
 }
 
+namespace {
+
+// The remote bytes a request reads or writes.
+uint64_t remote_span(const OutboundMessage& m) { return wire::is_atomic(m.opcode) ? 8 : m.length; }
+
+bool writes_remote(wire::Opcode op) {
+  return op == wire::Opcode::Write || op == wire::Opcode::WriteImm || wire::is_atomic(op);
+}
+
+}  // namespace
+
+// A message waits for earlier READs and atomics to complete: for all of them
+// if fenced (IB's fence indicator); for those whose remote bytes it overlaps
+// if it writes remote memory (WRITE, atomic). A responder executing in
+// order gives that for free; here a later request may arrive first, and a
+// READ's data is gathered as its response is sent.
+bool QueuePair::held(size_t index) const {
+  const OutboundMessage& m = send_queue_[index];
+  if (!m.fence && !writes_remote(m.opcode)) return false;
+  // Every earlier READ or atomic not done holds a max_rd_atomic slot (or
+  // waits out an RNR delay): none, nothing to wait for.
+  if (reads_atomics_in_flight_ == 0 && rnr_waiting_ == 0) return false;
+  const uint64_t span = remote_span(m);
+  for (size_t i = 0; i < index; ++i) {
+    const OutboundMessage& earlier = send_queue_[i];
+    if (!earlier.needs_response() || earlier.done) continue;
+    if (m.fence) return true;
+    if (span != 0 && m.remote_addr < earlier.remote_addr + remote_span(earlier) &&
+        earlier.remote_addr < m.remote_addr + span)
+      return true;
+  }
+  return false;
+}
+
 bool QueuePair::has_new_chunks() const {
   if (state_ == QpState::Error || state_ == QpState::Reset) return false;
   for (const auto& [msn, response] : responses_)
@@ -98,6 +133,7 @@ bool QueuePair::has_new_chunks() const {
     const OutboundMessage& m = send_queue_[i];
     if (m.rnr_wait) return false;
     if (!m.all_sent()) {
+      if (held(i)) return false;
       return !(m.needs_response() && !m.holds_rd_atomic &&
                reads_atomics_in_flight_ >= config_.max_rd_atomic);
     }
@@ -122,6 +158,7 @@ bool QueuePair::next_new_chunk(ChunkRef& ref) {
       ++send_cursor_;
       continue;
     }
+    if (held(send_cursor_)) return false;
     if (m.needs_response() && !m.holds_rd_atomic) {
       if (reads_atomics_in_flight_ >= config_.max_rd_atomic) return false;
       ++reads_atomics_in_flight_;

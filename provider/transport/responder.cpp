@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "connection.h"
 #include "endpoint.h"
@@ -28,12 +29,7 @@ PostResult QueuePair::post_recv(const RecvWr& wr) {
   if (wr.num_sge > kMaxSge) return PostResult::InvalidArgument;
   if (recv_queue_.size() >= config_.max_recv_wr) return PostResult::QueueFull;
   if (state_ == QpState::Error) {
-    Completion c;
-    c.wr_id = wr.wr_id;
-    c.status = WcStatus::WorkRequestFlushed;
-    c.opcode = WcOpcode::Recv;
-    c.qp_num = qpn_;
-    endpoint_.push_completion(recv_cq_, c);
+    endpoint_.push_flushed_receive(recv_cq_, qpn_, wr.wr_id);
     return PostResult::Ok;
   }
   recv_queue_.push_back(wr);
@@ -194,6 +190,39 @@ Verdict QueuePair::check_new_inbound(const wire::Packet& p, InboundMessage& m) {
   return Verdict::Placed;
 }
 
+// RDMA WRITEs of one QP take effect in order (IB's ordering rules): where a
+// later WRITE, not complete yet, already placed its bytes, a late chunk of an
+// earlier one (a retransmission, or a packet overtaken on another path)
+// leaves them alone.
+void QueuePair::write_chunk(uint32_t msn, uint64_t dest, std::span<const uint8_t> payload) {
+  const uint64_t end = dest + payload.size();
+  std::vector<std::pair<uint64_t, uint64_t>> newer;  // [begin, end) that later WRITEs placed
+  if (inbound_.size() > 1) {
+    for (const auto& [other_msn, later] : inbound_) {
+      if (static_cast<int32_t>(other_msn - msn) <= 0 || later.failure ||
+          (later.opcode != wire::Opcode::Write && later.opcode != wire::Opcode::WriteImm))
+        continue;
+      const uint64_t later_end = later.remote_addr + later.length;
+      if (later.remote_addr >= end || later_end <= dest) continue;
+      const uint64_t first = (std::max(dest, later.remote_addr) - later.remote_addr) / mtu();
+      const uint64_t last = (std::min(end, later_end) - 1 - later.remote_addr) / mtu();
+      for (uint64_t c = first; c <= last; ++c) {
+        if (!later.received.test(static_cast<uint32_t>(c))) continue;
+        const uint64_t begin = later.remote_addr + c * mtu();
+        newer.emplace_back(std::max(begin, dest), std::min({begin + mtu(), later_end, end}));
+      }
+    }
+  }
+  std::sort(newer.begin(), newer.end());
+  uint64_t at = dest;
+  for (const auto& [skip_begin, skip_end] : newer) {
+    if (skip_begin > at)
+      std::memcpy(reinterpret_cast<void*>(static_cast<uintptr_t>(at)), payload.data() + (at - dest), skip_begin - at);
+    at = std::max(at, skip_end);
+  }
+  if (at < end) std::memcpy(reinterpret_cast<void*>(static_cast<uintptr_t>(at)), payload.data() + (at - dest), end - at);
+}
+
 std::optional<RequestFailure> QueuePair::place_request_chunk(const wire::Packet& p, InboundMessage& m,
                                                              uint32_t chunk) {
   const wire::DataHeader& h = p.data;
@@ -203,8 +232,7 @@ std::optional<RequestFailure> QueuePair::place_request_chunk(const wire::Packet&
       if (endpoint_.memory().check_remote(h.rkey, pd_, h.remote_addr + h.offset, p.payload.size(),
                                           kAccessRemoteWrite) != AccessCheck::Ok)
         return RequestFailure{wire::NakKind::RemoteAccess};
-      std::memcpy(reinterpret_cast<void*>(static_cast<uintptr_t>(h.remote_addr + h.offset)),
-                  p.payload.data(), p.payload.size());
+      write_chunk(h.msn, h.remote_addr + h.offset, p.payload);
     } else {
       // The receive this message was bound to may have been consumed since
       // by another message claiming the same index (a lying peer).

@@ -86,6 +86,7 @@ struct SendWr {
   WrOpcode opcode = WrOpcode::Send;
   bool signaled = true;
   bool inline_data = false;  // payload copied at post time; buffers reusable on return
+  bool fence = false;        // IBV_SEND_FENCE: starts only once every earlier READ and atomic completed
   uint32_t num_sge = 0;
   std::array<Sge, kMaxSge> sg{};
   uint32_t imm = 0;           // host order

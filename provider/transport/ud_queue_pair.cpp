@@ -75,13 +75,8 @@ void UdQueuePair::flush() {
     pending_.pop_front();
   }
   while (!recv_queue_.empty()) {
-    Completion c;
-    c.wr_id = recv_queue_.front().wr_id;
-    c.status = WcStatus::WorkRequestFlushed;
-    c.opcode = WcOpcode::Recv;
-    c.qp_num = qpn_;
+    endpoint_.push_flushed_receive(recv_cq_, qpn_, recv_queue_.front().wr_id);
     recv_queue_.pop_front();
-    endpoint_.push_completion(recv_cq_, c);
   }
 }
 
@@ -123,12 +118,7 @@ PostResult UdQueuePair::post_recv(const RecvWr& wr) {
   if (wr.num_sge > kMaxSge) return PostResult::InvalidArgument;
   if (recv_queue_.size() >= config_.max_recv_wr) return PostResult::QueueFull;
   if (state_ == QpState::Error) {
-    Completion c;
-    c.wr_id = wr.wr_id;
-    c.status = WcStatus::WorkRequestFlushed;
-    c.opcode = WcOpcode::Recv;
-    c.qp_num = qpn_;
-    endpoint_.push_completion(recv_cq_, c);
+    endpoint_.push_flushed_receive(recv_cq_, qpn_, wr.wr_id);
     return PostResult::Ok;
   }
   recv_queue_.push_back(wr);

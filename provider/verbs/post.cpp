@@ -41,6 +41,7 @@ int convert(const Qp& qp, const ibv_send_wr& wr, transport::SendWr& s) {
     total += wr.sg_list[i].length;
   }
   s.signaled = (wr.send_flags & IBV_SEND_SIGNALED) || qp.sq_sig_all;
+  s.fence = wr.send_flags & IBV_SEND_FENCE;
   // IBV_SEND_INLINE only means something for SEND and RDMA WRITE.
   if ((wr.send_flags & IBV_SEND_INLINE) && may_inline) {
     if (total > qp.cap.max_inline_data) return EINVAL;
@@ -126,23 +127,27 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   return err;
 }
 
+std::optional<transport::RecvWr> recv_wr_of(const ibv_recv_wr& wr, uint32_t max_sge) {
+  if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > max_sge || (wr.num_sge > 0 && !wr.sg_list))
+    return std::nullopt;
+  transport::RecvWr r;
+  r.wr_id = wr.wr_id;
+  r.num_sge = static_cast<uint32_t>(wr.num_sge);
+  for (uint32_t i = 0; i < r.num_sge; ++i) r.sg[i] = {wr.sg_list[i].addr, wr.sg_list[i].length, wr.sg_list[i].lkey};
+  return r;
+}
+
 int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   Qp* qp = qp_of(ibqp);
   int err = 0;
-  transport::RecvWr r;
   qp->ctx->engine([&](transport::Endpoint& e) {
     for (; wr; wr = wr->next) {
-      if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->cap.max_recv_sge ||
-          (wr->num_sge > 0 && !wr->sg_list)) {
+      const std::optional<transport::RecvWr> r = recv_wr_of(*wr, qp->cap.max_recv_sge);
+      if (!r) {
         err = EINVAL;
         return;
       }
-      r = transport::RecvWr{};
-      r.wr_id = wr->wr_id;
-      r.num_sge = static_cast<uint32_t>(wr->num_sge);
-      for (uint32_t i = 0; i < r.num_sge; ++i)
-        r.sg[i] = {wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
-      const transport::PostResult result = e.post_recv(qp->qpn, r);
+      const transport::PostResult result = e.post_recv(qp->qpn, *r);
       if (result != transport::PostResult::Ok) {
         err = errno_of(result);
         return;

@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -277,6 +278,9 @@ inline Ah* ah_of(ibv_ah* ah) { return reinterpret_cast<Ah*>(ah); }
 
 // Errno for an engine result.
 int errno_of(transport::PostResult result);
+// The engine's form of a receive WR, or nothing when its scatter list is
+// invalid (more than max_sge entries, or entries without a list): EINVAL.
+std::optional<transport::RecvWr> recv_wr_of(const ibv_recv_wr& wr, uint32_t max_sge);
 // Bytes of an IB MTU.
 constexpr uint32_t ib_mtu_bytes(ibv_mtu mtu) { return 128u << mtu; }
 

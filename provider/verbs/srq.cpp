@@ -81,15 +81,12 @@ int post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   int err = 0;
   srq->ctx->engine([&](transport::Endpoint& e) {
     for (; wr; wr = wr->next) {
-      if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > srq->max_sge || (wr->num_sge > 0 && !wr->sg_list)) {
+      const std::optional<transport::RecvWr> r = recv_wr_of(*wr, srq->max_sge);
+      if (!r) {
         err = EINVAL;
         return;
       }
-      transport::RecvWr r;
-      r.wr_id = wr->wr_id;
-      r.num_sge = static_cast<uint32_t>(wr->num_sge);
-      for (uint32_t i = 0; i < r.num_sge; ++i) r.sg[i] = {wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
-      const transport::PostResult result = e.post_srq_recv(srq->id, r);
+      const transport::PostResult result = e.post_srq_recv(srq->id, *r);
       if (result != transport::PostResult::Ok) {
         err = errno_of(result);
         return;

@@ -1440,21 +1440,16 @@ struct Stats {
   }
   ~Stats() {
     if (!on) return;
-    static constexpr const char* kNames[] = {
-        "rx_datagrams", "rx_data_packets", "rx_ce_marked", "rx_drop_malformed", "rx_drop_unknown_peer",
-        "rx_drop_unknown_qp", "rx_drop_qp_state", "rx_drop_out_of_window", "rx_drop_bad_request",
-        "rx_drop_access", "rx_drop_rnr", "rx_drop_out_of_order", "rx_drop_stale_response",
-        "rx_duplicate_completed", "rx_duplicate_chunk", "rx_acks", "rx_naks", "tx_data_packets",
-        "tx_data_bytes", "tx_retransmits", "spurious_retransmits", "tx_acks", "tx_naks", "tx_probes",
-        "rto_expirations", "path_failures", "path_recoveries", "go_back_n", "atomics_executed",
-        "atomic_replays", "placed_bytes"};
     std::fprintf(stderr, "fuzz_endpoint: largest heap growth of one input %zu bytes (bound %zu)\n",
                  max_heap_growth, kHeapBound);
     std::fprintf(stderr, "fuzz_endpoint: counters summed over %llu inputs (B, A)\n",
                  static_cast<unsigned long long>(inputs));
-    for (size_t i = 0; i < kCounterCount; ++i)
-      std::fprintf(stderr, "  %-24s %12llu %12llu\n", i < std::size(kNames) ? kNames[i] : "?",
-                   static_cast<unsigned long long>(sums[0][i]), static_cast<unsigned long long>(sums[1][i]));
+    size_t i = 0;  // the counters' order in the list is their order in memory
+    metaroce::transport::for_each_counter(EndpointCounters{}, [&](const char* name, uint64_t) {
+      std::fprintf(stderr, "  %-24s %12llu %12llu\n", name, static_cast<unsigned long long>(sums[0][i]),
+                   static_cast<unsigned long long>(sums[1][i]));
+      ++i;
+    });
   }
 };
 Stats g_stats;

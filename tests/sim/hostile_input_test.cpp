@@ -393,5 +393,28 @@ TEST_F(HostileInput, AMessageLongerThanTheLargestIsRefused) {
   EXPECT_EQ(b().qp_state(qp_.qp_b), transport::QpState::Error);
 }
 
+TEST_F(HostileInput, ALateChunkOfAnEarlierWriteNeverOverwritesALaterWrite) {
+  // WRITE 1 (two chunks) and WRITE 2 (one chunk) target the same first 4 KiB;
+  // WRITE 2's chunk arrives before WRITE 1's first one.
+  wire::DataHeader later = write_header(2, 4096);
+  later.path_seq = 1;
+  inject(rig_->node_a(), data_packet(later, std::vector<uint8_t>(4096, 0xbb)));
+  wire::DataHeader earlier = write_header(1, 8192);
+  earlier.path_seq = 2;
+  inject(rig_->node_a(), data_packet(earlier, std::vector<uint8_t>(4096, 0xaa)));
+  earlier.path_seq = 3;
+  earlier.offset = 4096;
+  inject(rig_->node_a(), data_packet(earlier, std::vector<uint8_t>(4096, 0xaa)));
+  // Both complete; the bytes are WRITE 2's where it wrote, WRITE 1's elsewhere.
+  for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(sink_[i], 0xbb) << "byte " << i;
+  for (size_t i = 4096; i < 8192; ++i) ASSERT_EQ(sink_[i], 0xaa) << "byte " << i;
+  EXPECT_EQ(b().counters().rx_drop_bad_request, 0u);
+  bool stream_acked = false;
+  for (const wire::Packet& p : b_sends())
+    for (uint8_t i = 0; p.common.type == wire::PacketType::Ack && i < p.ack.stream_count; ++i)
+      stream_acked |= p.ack.streams[i].completed_msn == 2;
+  EXPECT_TRUE(stream_acked);
+}
+
 }  // namespace
 }  // namespace metaroce::sim

@@ -206,10 +206,10 @@ TEST(Topology, IncastSettlesOnTheReceiversRateHint) {
   for (Time t : unhinted.finish) ASSERT_GT(t, 0u);
 
   // With the hint each sender is paced at a quarter of 95% of the receiver's link:
-  // from a few RTTs in (RTT ~4.5 us here) every sender's rate stays near its
+  // from two RTTs in (RTT ~4.5 us here) every sender's rate stays near its
   // share, and the bottleneck queue stays far below the unhinted one.
   const double share_gbps = 95.0 / kSenders;
-  const size_t settle = 10;  // samples of 2 us = 20 us, about four RTTs
+  const size_t settle = 5;  // samples of 2 us = 10 us, about two RTTs
   const size_t window = 5;
   size_t checked = 0;
   for (size_t s = settle; s + window < hinted.sent[0].size(); s += window) {

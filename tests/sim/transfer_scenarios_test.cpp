@@ -39,6 +39,18 @@ TEST_P(LossTest, EveryByteLandsUnderRandomLoss) {
 
 INSTANTIATE_TEST_SUITE_P(Loss, LossTest, ::testing::Values(0.0, 0.01, 0.05, 0.10));
 
+TEST(TransferScenarios, ALoneSenderGetsTheReceiversWholeCapacity) {
+  // 64 MiB over 4 x 100G: the rate hint of a receiver with one sender
+  // hands out all of its 400G, so the paths' own pacing at line rate is the
+  // limit. (A 95% share would cap goodput near 0.94 of the line rate.)
+  WriteTransferSpec spec = base_spec(Profile::MetaRoCE, 0);
+  spec.total_bytes = 64ull << 20;
+  const WriteTransferResult r = run_write_transfer(spec);
+  ASSERT_TRUE(r.completed && r.data_intact);
+  const double payload_line_rate_gbps = 4 * 100 * 4096.0 / (4096 + 56 + 66);
+  EXPECT_GE(r.goodput_gbps, 0.98 * payload_line_rate_gbps);
+}
+
 TEST(TransferScenarios, RetransmissionIsSelectiveNotGoBackN) {
   // At 5% loss a selective scheme resends about what was lost (data and the
   // retransmissions themselves); go-back-N resends whole windows.

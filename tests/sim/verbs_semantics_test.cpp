@@ -36,6 +36,7 @@ class VerbsSemantics : public ::testing::Test {
  protected:
   void make(double loss, double duplicate = 0, const QpConfig& config = {}, size_t bytes = 4 << 20) {
     RigSpec spec;
+    spec.endpoint.profile = profile_;
     spec.loss = loss;
     spec.duplicate = duplicate;
     spec.seed = 11;
@@ -72,6 +73,14 @@ class VerbsSemantics : public ::testing::Test {
     wr.sg[0] = {addr(abuf_.data() + offset), length, akey_};
     wr.remote_addr = addr(bbuf_.data() + remote_offset);
     wr.rkey = bkey_;
+    return wr;
+  }
+
+  transport::Profile profile_ = transport::Profile::MetaRoCE;
+  // READ of B's bytes at remote_offset into A's at offset.
+  SendWr read(uint64_t id, size_t offset, uint32_t length, size_t remote_offset) {
+    SendWr wr = write(id, offset, length, remote_offset);
+    wr.opcode = WrOpcode::RdmaRead;
     return wr;
   }
 
@@ -154,6 +163,86 @@ TEST_F(VerbsSemantics, ReadReturnsRemoteBytesUnderLoss) {
   EXPECT_EQ(b().cq_depth(qp_.cq_b), 0u);  // one-sided: nothing at the target
 }
 
+// A fenced WRITE sends what the READ before it fetched (IB's fence
+// indicator); unfenced, it may start first and send the bytes it found.
+class Fence : public VerbsSemantics, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(Fence, AFencedWriteWaitsForTheReadBeforeIt) {
+  const bool fenced = GetParam();
+  make(0);
+  constexpr uint32_t kBytes = 256 * 1024;
+  const std::vector<uint8_t> remote(bbuf_.begin(), bbuf_.begin() + kBytes);
+  ASSERT_EQ(a().post_send(qp_.qp_a, read(1, 0, kBytes, 0)), PostResult::Ok);
+  // Sends the READ's destination on to another place at B.
+  SendWr forward = write(2, 0, kBytes, 2 * kBytes);
+  forward.fence = fenced;
+  ASSERT_EQ(a().post_send(qp_.qp_a, forward), PostResult::Ok);
+  const auto done = wait(a(), qp_.cq_a, 2);
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].status, WcStatus::Success);
+  EXPECT_EQ(done[1].status, WcStatus::Success);
+  const bool forwarded_read_data = std::memcmp(bbuf_.data() + 2 * kBytes, remote.data(), kBytes) == 0;
+  if (fenced) {
+    EXPECT_TRUE(forwarded_read_data);
+  } else {
+    // What this test's unfenced half shows: without the fence the WRITE
+    // really does start before the READ's data is back.
+    EXPECT_FALSE(forwarded_read_data);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(WithAndWithout, Fence, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "Fenced" : "Unfenced"; });
+
+// A READ or atomic never observes a WRITE posted after it on its QP, as a
+// responder executing requests in order guarantees; the WRITE still lands.
+TEST_F(VerbsSemantics, AReadNeverSeesAWritePostedAfterIt) {
+  make(0.01);
+  constexpr uint32_t kBytes = 2 << 20;  // longer in flight than a round trip
+  const std::vector<uint8_t> before(bbuf_.begin(), bbuf_.begin() + kBytes);
+  ASSERT_EQ(a().post_send(qp_.qp_a, read(1, 0, kBytes, 0)), PostResult::Ok);
+  // Overwrites what the READ reads, from another part of A's buffer.
+  ASSERT_EQ(a().post_send(qp_.qp_a, write(2, kBytes, kBytes, 0)), PostResult::Ok);
+  const auto done = wait(a(), qp_.cq_a, 2);
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].status, WcStatus::Success);
+  EXPECT_EQ(done[1].status, WcStatus::Success);
+  EXPECT_EQ(std::memcmp(abuf_.data(), before.data(), kBytes), 0) << "the READ saw the later WRITE";
+  EXPECT_EQ(std::memcmp(bbuf_.data(), abuf_.data() + kBytes, kBytes), 0);
+}
+
+TEST_F(VerbsSemantics, AnAtomicNeverSeesAWritePostedAfterIt) {
+  make(0);
+  uint64_t target = 1000;
+  const uint32_t tkey = *b().memory().register_region(kPd, addr(&target), sizeof target, kAllAccess);
+  uint64_t original = 0, replacement = 5;
+  const uint32_t okey = *a().memory().register_region(kPd, addr(&original), sizeof original, kAllAccess);
+  const uint32_t rkey = *a().memory().register_region(kPd, addr(&replacement), sizeof replacement, kAllAccess);
+  SendWr add;
+  add.wr_id = 1;
+  add.opcode = WrOpcode::FetchAdd;
+  add.num_sge = 1;
+  add.sg[0] = {addr(&original), 8, okey};
+  add.remote_addr = addr(&target);
+  add.rkey = tkey;
+  add.compare_add = 1;
+  ASSERT_EQ(a().post_send(qp_.qp_a, add), PostResult::Ok);
+  SendWr overwrite;
+  overwrite.wr_id = 2;
+  overwrite.opcode = WrOpcode::RdmaWrite;
+  overwrite.num_sge = 1;
+  overwrite.sg[0] = {addr(&replacement), 8, rkey};
+  overwrite.remote_addr = addr(&target);
+  overwrite.rkey = tkey;
+  ASSERT_EQ(a().post_send(qp_.qp_a, overwrite), PostResult::Ok);
+  const auto done = wait(a(), qp_.cq_a, 2);
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].status, WcStatus::Success);
+  EXPECT_EQ(done[1].status, WcStatus::Success);
+  EXPECT_EQ(original, 1000u);  // fetched before the WRITE
+  EXPECT_EQ(target, 5u);       // the WRITE came last
+}
+
 TEST_F(VerbsSemantics, CompletionsFollowPostingOrderThoughDataLandsOutOfOrder) {
   make(0.05);
   RecvWr recv;
@@ -163,14 +252,7 @@ TEST_F(VerbsSemantics, CompletionsFollowPostingOrderThoughDataLandsOutOfOrder) {
   ASSERT_EQ(b().post_recv(qp_.qp_b, recv), PostResult::Ok);
   std::vector<SendWr> wrs;
   wrs.push_back(write(0, 0, 2'000'000, 0));  // large: finishes last on the wire
-  SendWr read;
-  read.wr_id = 1;
-  read.opcode = WrOpcode::RdmaRead;
-  read.num_sge = 1;
-  read.sg[0] = {addr(abuf_.data() + 2'500'000), 64, akey_};
-  read.remote_addr = addr(bbuf_.data() + 16);  // inside what WR 0 writes
-  read.rkey = bkey_;
-  wrs.push_back(read);
+  wrs.push_back(read(1, 2'500'000, 64, 16));  // inside what WR 0 writes
   SendWr send;
   send.wr_id = 2;
   send.opcode = WrOpcode::Send;
@@ -346,6 +428,26 @@ TEST_F(VerbsSemantics, VerbsTimeoutBoundsTheTimeToNoticeADeadPeer) {
   EXPECT_EQ(done[0].status, WcStatus::RetryExceeded);
   EXPECT_GE(rig_->sim().now(), 4 * config.timeout_ns);
   EXPECT_LT(rig_->sim().now(), 4 * config.timeout_ns + config.timeout_ns / 2);
+}
+
+TEST_F(VerbsSemantics, RoceV2GoBackNSurvivesAQpDestroyedWithPacketsInFlight) {
+  // The rocev2 profile numbers packets per connection: a QP destroyed while
+  // its packets await a go-back-N resend must not leave a PSN hole that
+  // stops every other QP of the connection.
+  profile_ = transport::Profile::RoCEv2;
+  make(0.05, 0, {}, 16 << 20);
+  const QpPair doomed = rig_->connect_qps({}, kPd);
+  for (uint64_t i = 0; i < 64; ++i)
+    ASSERT_EQ(a().post_send(doomed.qp_a, write(i, i * 65'536, 65'536, i * 65'536)), PostResult::Ok);
+  rig_->sim().wake(rig_->node_a());
+  rig_->sim().run_until([&] { return a().cq_depth(doomed.cq_a) >= 4; }, rig_->sim().now() + 50'000'000);
+  ASSERT_EQ(a().destroy_qp(doomed.qp_a), PostResult::Ok);
+  for (uint64_t i = 0; i < 16; ++i)
+    ASSERT_EQ(a().post_send(qp_.qp_a, write(100 + i, (8 << 20) + i * 65'536, 65'536, (8 << 20) + i * 65'536)),
+              PostResult::Ok);
+  const auto done = wait(a(), qp_.cq_a, 16, 2'000'000'000);
+  ASSERT_EQ(done.size(), 16u);
+  for (const Completion& c : done) EXPECT_EQ(c.status, WcStatus::Success);
 }
 
 TEST_F(VerbsSemantics, RetryStateIsPerQueuePair) {

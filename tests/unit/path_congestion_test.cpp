@@ -47,6 +47,14 @@ TEST(PathCongestion, StartsAtTheInitialWindow) {
   EXPECT_EQ(cc.decreases(), 0u);
 }
 
+TEST(PathCongestion, AbsorbsAnotherPathsWindowUpToTheMaximum) {
+  PathCongestion cc(params());
+  cc.absorb(300'000);
+  expect_window(cc, 400'000);
+  cc.absorb(1 << 20);
+  expect_window(cc, 1 << 20);
+}
+
 TEST(PathCongestion, OneWindowInOneAckAddsExactlyTheIncrement) {
   // Increase per ACK is AI * acked / W; acking W bytes at once adds AI.
   const CongestionParams p = params();

@@ -3,12 +3,13 @@
 # Open MPI 4.1 over UCX over the kernel device, inside the test VM
 # (tests/vm/vm-run.sh), on the setup of guest-stacks-lib.sh: an MPI program
 # of two ranks (mpi_check.c: ping-pong latency, 1 MiB bandwidth, a verified
-# 64 MiB MPI_Allreduce) with `mpirun --mca pml ucx`, rank 0 in ns0 and rank
+# 16 MiB MPI_Allreduce) with `mpirun --mca pml ucx`, rank 0 in ns0 and rank
 # 1 in ns1, over UCX's rc (rc_verbs on mr0/mr1) and beside it over UCX's
 # tcp on the same links, with 1% nftables loss (MPI_LOSSES="0 1" adds the
-# lossless run: under emulation one 64 MiB allreduce over rc takes minutes,
-# too long for CI to run both). Prints PASS/FAIL lines and the results;
-# exits 0 only if all passed.
+# lossless run). Under emulation a 64 MiB allreduce over rc at 1% loss took
+# minutes, and over the 600 s limit on a loaded machine: 16 MiB checks the
+# same, and CI runs only the lossy case. Prints PASS/FAIL lines and the
+# results; exits 0 only if all passed.
 set -u
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 . "$(dirname "$0")/guest-lib.sh"
@@ -40,7 +41,7 @@ mpi() {
   if ip netns exec ns0 env UCX_TLS="$tls" UCX_NET_DEVICES="$dev0" NS1_DEVICES="$dev1" timeout 600 \
        mpirun --allow-run-as-root -np 2 --host node0,node1 --mca plm_rsh_agent $AGENT \
        --mca pml ucx --mca pml_ucx_devices any --mca pml_ucx_tls any --mca btl self \
-       "$MPI_CHECK" 200 32 64 >"$log" 2>&1 && grep -q '"verified":true' "$log"; then
+       "$MPI_CHECK" 200 32 16 >"$log" 2>&1 && grep -q '"verified":true' "$log"; then
     MPI_RESULT[$tls,$pct]=$(grep -o '{.*}' "$log" | tail -1)
     pass "MPI over UCX $tls, loss $pct%: ${MPI_RESULT[$tls,$pct]}"
   else

@@ -27,6 +27,7 @@ bool EngineHost::transmit(Time now, Datagram& out) {
   out.dst = tx->peer;
   out.src_port = static_cast<uint16_t>(kBasePort + tx->path_id);
   out.dst_port = kHomePort;
+  out.egress = tx->plane;
   out.ce = false;
   return true;
 }

@@ -2,7 +2,8 @@
 //
 // Runs a transport::Endpoint as a host of the network simulator. The node id
 // doubles as the engine's PeerId; path p sends from UDP source port
-// base_port + p, which is what ECMP (or PortModulo) hashes.
+// base_port + p, which is what ECMP (or PortModulo) hashes, through the
+// host's NIC (egress) for the path's plane.
 #pragma once
 
 #include <functional>

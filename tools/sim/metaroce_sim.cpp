@@ -4,6 +4,8 @@
 //   bench  one JSON object per line per (transport, loss)
 //   demo   MetaRoCE against the RoCEv2 profile under loss, as a table
 //   scenarios  blackhole recovery and reordering figures, as JSON lines
+//   collective one JSON object per line per (workload, planes, transport, loss)
+//              on a multiplane leaf-spine cluster
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -13,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "collective.h"
 #include "write_transfer.h"
 
 namespace {
@@ -33,6 +36,32 @@ constexpr const char* kScenario = R"(Default scenario (all in virtual time, dete
   per-path SACK, selective retransmission) and rocev2 (the same engine's
   RoCEv2 profile: one path, go-back-N).
   retained = goodput / the same transport's goodput at loss 0 in this run.)";
+
+constexpr const char* kCollectiveScenario = R"(Default scenario (all in virtual time, deterministic from --seed):
+  64 nodes on a two-tier leaf-spine fabric per plane: 8 leaves of 8 hosts and
+  8 spines, 1:1 (every leaf has one 400 Gb/s link to every spine); each host
+  has one 400 Gb/s NIC per plane, planes 1, 2, 4 and 8 (so 400 Gb/s to 3.2
+  Tb/s per host); 1 us per link one way (RTT about 9 us across the spine),
+  66 bytes of per-packet wire overhead, 1 MiB of buffer per switch port,
+  ECN marking above 100 kB, ECMP hashing the 5-tuple at every leaf; a 64 KiB
+  transmit ring per NIC. Random loss applies to every leaf-to-host link, so
+  every datagram (data, ACKs, credits) meets it exactly once.
+  Transports: metaroce (one endpoint per host over all planes, 4 paths per
+  plane, sprayed), rocev2 (the engine's RoCEv2 profile, one endpoint per NIC,
+  one path per connection, go-back-N, drop-tail fabric) and rocev2+pfc (the
+  same on a lossless fabric: PFC at every switch port, XOFF 256 KiB, XON
+  248 KiB per ingress port).
+  Workloads: allreduce (NCCL's ring: reduce-scatter then all-gather, one ring
+  per plane, each rank's chunk sent as two or more slices of at most 512 KiB
+  through 8 slots; 64 MiB per rank), alltoall
+  (16 MiB per rank, 256 KiB to each peer), incast (every other rank writes
+  4 MiB to rank 0). Every reduced element and copied byte is checked.
+  busbw is nccl-tests' bus bandwidth: algbw x 2(n-1)/n for allreduce,
+  x (n-1)/n for alltoall, and for incast everything that reaches rank 0.
+  Without options: every combination of --planes 1,2,4,8, --workload
+  allreduce,alltoall, --loss 0,0.01 and the three transports, 48 cases of
+  a few seconds to a minute of CPU each; docs/scale.md lists narrower runs.
+  The exit status is 1 when a case did not complete with its data intact.)";
 
 std::vector<std::string> split(const std::string& list) {
   std::vector<std::string> out;
@@ -197,6 +226,165 @@ int run_scenarios(const Options& options) {
   return status;
 }
 
+struct CollectiveOptions {
+  uint32_t nodes = 64;
+  uint32_t hosts_per_leaf = 8;
+  uint32_t spines = 8;
+  double oversubscription = 1;
+  std::string planes = "1,2,4,8";
+  uint32_t rate_gbps = 400;
+  std::string workloads = "allreduce,alltoall";
+  uint64_t bytes = 0;  // 0 = the workload's default
+  std::string losses = "0,0.01";
+  std::string transports = "metaroce,rocev2,rocev2+pfc";
+  uint16_t paths_per_plane = 4;
+  uint32_t channels = 0;  // 0 = one per plane
+  uint32_t slot_kib = 512;
+  uint32_t slots = 8;
+  uint64_t seed = 1;
+  uint64_t buffer_kib = 1024;
+  uint64_t ecn_kb = 100;
+  uint64_t pfc_xoff_kib = 256;
+  uint64_t pfc_xon_kib = 248;
+  double fail_spine_link_us = -1;  // plane 0, leaf 0, its busiest spine link, from this time on
+  double fail_plane_us = -1;       // plane 0, from this time on
+  uint64_t time_limit_ms = 1'000;
+};
+
+uint64_t default_bytes(metaroce::sim::Workload workload) {
+  switch (workload) {
+    case metaroce::sim::Workload::AllReduce: return 64ull << 20;
+    case metaroce::sim::Workload::AllToAll: return 16ull << 20;
+    case metaroce::sim::Workload::Incast: return 4ull << 20;
+  }
+  return 0;
+}
+
+int run_collective_cases(const CollectiveOptions& o) {
+  using metaroce::sim::ClusterTransport;
+  using metaroce::sim::Workload;
+  std::vector<Workload> workloads;
+  for (const std::string& item : split(o.workloads)) {
+    const auto w = metaroce::sim::parse_workload(item);
+    if (!w) {
+      std::fprintf(stderr, "metaroce-sim: --workload wants a comma-separated list of allreduce, alltoall, incast\n");
+      return 2;
+    }
+    workloads.push_back(*w);
+  }
+  std::vector<ClusterTransport> transports;
+  for (const std::string& item : split(o.transports)) {
+    const auto t = metaroce::sim::parse_cluster_transport(item);
+    if (!t) {
+      std::fprintf(stderr, "metaroce-sim: --transport wants a comma-separated list of metaroce, rocev2, rocev2+pfc\n");
+      return 2;
+    }
+    transports.push_back(*t);
+  }
+  std::vector<uint16_t> planes;
+  for (const std::string& item : split(o.planes)) {
+    try {
+      size_t used = 0;
+      const unsigned long value = std::stoul(item, &used);
+      if (used != item.size() || value < 1 || value > 16) throw std::out_of_range(item);
+      planes.push_back(static_cast<uint16_t>(value));
+    } catch (const std::exception&) {
+      std::fprintf(stderr, "metaroce-sim: --planes wants a comma-separated list of counts in 1..16\n");
+      return 2;
+    }
+  }
+  std::vector<double> losses;
+  if (workloads.empty() || transports.empty() || planes.empty() || !parse_losses(o.losses, losses)) {
+    std::fprintf(stderr, "metaroce-sim: --workload, --transport, --planes and --loss each want at least one value\n");
+    return 2;
+  }
+  int status = 0;
+  for (Workload workload : workloads) {
+    for (uint16_t plane_count : planes) {
+      for (ClusterTransport transport : transports) {
+        for (double loss : losses) {
+          metaroce::sim::CollectiveSpec spec;
+          metaroce::sim::LeafSpineSpec& fabric = spec.cluster.fabric;
+          fabric.hosts_per_leaf = o.hosts_per_leaf;
+          fabric.leaves = (o.nodes + o.hosts_per_leaf - 1) / o.hosts_per_leaf;
+          fabric.spines = o.spines;
+          fabric.planes = plane_count;
+          fabric.oversubscription = o.oversubscription;
+          fabric.link_rate_bps = uint64_t{o.rate_gbps} * 1'000'000'000;
+          fabric.buffer_bytes = o.buffer_kib << 10;
+          fabric.ecn_threshold_bytes = o.ecn_kb * 1000;
+          fabric.pfc_params.xoff_bytes = o.pfc_xoff_kib << 10;
+          fabric.pfc_params.xon_bytes = o.pfc_xon_kib << 10;
+          fabric.loss = loss;
+          spec.cluster.nodes = o.nodes;
+          spec.cluster.transport = transport;
+          spec.cluster.paths_per_plane = o.paths_per_plane;
+          spec.cluster.seed = o.seed;
+          spec.workload = workload;
+          spec.bytes = o.bytes ? o.bytes : default_bytes(workload);
+          spec.channels = o.channels;
+          spec.slot_bytes = o.slot_kib << 10;
+          spec.slots = o.slots;
+          spec.time_limit_ns = o.time_limit_ms * 1'000'000;
+          spec.setup = [&o](metaroce::sim::Cluster& cluster) {
+            if (o.fail_spine_link_us >= 0) {
+              cluster.sim().at(static_cast<uint64_t>(o.fail_spine_link_us * 1000), [&cluster] {
+                metaroce::sim::LeafSpineFabric& net = cluster.fabric();
+                net.fail_spine_link(0, 0, net.busiest_spine(0, 0), cluster.sim().now(), UINT64_MAX);
+              });
+            }
+            if (o.fail_plane_us >= 0) {
+              // Every link of the plane, the NICs' included: their hosts see
+              // the carrier go and tell their engines, as the runtime does.
+              const auto at = static_cast<uint64_t>(o.fail_plane_us * 1000);
+              cluster.fabric().fail_plane(0, at, UINT64_MAX);
+              cluster.sim().at(at, [&cluster] {
+                for (uint32_t node = 0; node < cluster.nodes(); ++node) {
+                  for (uint16_t rail = 0; rail < cluster.rails(); ++rail) {
+                    cluster.host(node, rail).endpoint().set_plane_up(cluster.sim().now(), 0, false);
+                    cluster.sim().wake(cluster.node_id(node, rail));
+                  }
+                }
+              });
+            }
+          };
+          metaroce::sim::CollectiveResult r;
+          try {
+            r = metaroce::sim::run_collective(spec);
+          } catch (const std::exception& e) {
+            std::fprintf(stderr, "metaroce-sim: %s\n", e.what());
+            return 2;
+          }
+          if (!r.data_intact) status = 1;
+          nlohmann::ordered_json line = {
+              {"transport", metaroce::sim::to_string(transport)},
+              {"pfc", transport == ClusterTransport::RoCEv2Pfc},
+              {"nodes", o.nodes},
+              {"planes", plane_count},
+              {"workload", metaroce::sim::to_string(workload)},
+              {"bytes", spec.bytes},
+              {"loss", loss},
+              {"completion_us", r.completed ? nlohmann::ordered_json(r.completion_ns / 1000.0) : nlohmann::ordered_json()},
+              {"busbw_gbps", r.busbw_gbps},
+              {"fct_p50_us", metaroce::sim::percentile(r.fct_ns, 0.5) / 1000.0},
+              {"fct_p99_us", metaroce::sim::percentile(r.fct_ns, 0.99) / 1000.0},
+              {"retransmits", r.retransmits},
+              {"pause_frames", r.fabric.pause_frames},
+              {"max_queue_bytes", r.fabric.max_switch_queue_bytes},
+              {"connections", r.connections},
+              {"data_intact", r.data_intact},
+          };
+          if (o.fail_spine_link_us >= 0) line["failed_spine_link_at_us"] = o.fail_spine_link_us;
+          if (o.fail_plane_us >= 0) line["failed_plane_at_us"] = o.fail_plane_us;
+          std::printf("%s\n", line.dump().c_str());
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+  return status;
+}
+
 int run_demo(Options options) {
   const double loss = 0.01;
   std::printf("MetaRoCE demo (simulated network, virtual time): %llu MiB of RDMA WRITE over %u paths of 100 Gb/s,\n"
@@ -242,8 +430,37 @@ int main(int argc, char** argv) {
   add_common(demo);
   CLI::App* scenarios = app.add_subcommand("scenarios", "one path blackholed mid-transfer; reordering across paths");
   add_common(scenarios);
+  CollectiveOptions co;
+  CLI::App* collective = app.add_subcommand("collective", "collectives on a multiplane leaf-spine cluster, one JSON line per case");
+  collective->footer(kCollectiveScenario);
+  collective->add_option("--nodes", co.nodes, "hosts taking part")->check(CLI::Range(2, 4096));
+  collective->add_option("--hosts-per-leaf", co.hosts_per_leaf, "hosts per leaf switch")->check(CLI::Range(1, 512));
+  collective->add_option("--spines", co.spines, "spine switches per plane")->check(CLI::Range(1, 512));
+  collective->add_option("--oversubscription", co.oversubscription, "a leaf's host capacity over its spine capacity")
+      ->check(CLI::Range(0.01, 100.0));
+  collective->add_option("--planes", co.planes, "comma-separated plane counts");
+  collective->add_option("--rate-gbps", co.rate_gbps, "NIC (and leaf port) rate per plane")->check(CLI::Range(1, 3200));
+  collective->add_option("--workload", co.workloads, "comma-separated: allreduce,alltoall,incast");
+  collective->add_option("--bytes", co.bytes, "bytes per rank (0 = 64 MiB allreduce, 16 MiB alltoall, 4 MiB incast)");
+  collective->add_option("--loss", co.losses, "comma-separated loss probabilities (every leaf-to-host link)");
+  collective->add_option("--transport", co.transports, "comma-separated: metaroce,rocev2,rocev2+pfc");
+  collective->add_option("--paths-per-plane", co.paths_per_plane, "metaroce paths in each plane")->check(CLI::Range(1, 64));
+  collective->add_option("--seed", co.seed, "simulation seed");
+  collective->add_option("--channels", co.channels, "allreduce rings (0 = one per plane)")->check(CLI::Range(0, 64));
+  collective->add_option("--slot-kib", co.slot_kib, "allreduce FIFO slot: the largest slice")->check(CLI::Range(4, 65536));
+  collective->add_option("--slots", co.slots, "allreduce FIFO slots per ring and rank")->check(CLI::Range(1, 64));
+  collective->add_option("--buffer-kib", co.buffer_kib, "buffer per switch port");
+  collective->add_option("--ecn-kb", co.ecn_kb, "ECN marking threshold (kB of egress backlog)");
+  collective->add_option("--pfc-xoff-kib", co.pfc_xoff_kib, "PFC pause threshold per ingress port (rocev2+pfc)");
+  collective->add_option("--pfc-xon-kib", co.pfc_xon_kib, "PFC resume threshold per ingress port (rocev2+pfc)");
+  collective->add_option("--fail-spine-link-us", co.fail_spine_link_us,
+                         "fail the busiest link between leaf 0 and a spine of plane 0 (both ways) from this time on");
+  collective->add_option("--fail-plane-us", co.fail_plane_us,
+                         "fail every link of plane 0 from this time on (the NICs see it and tell their engines)");
+  collective->add_option("--time-limit-ms", co.time_limit_ms, "virtual time limit per case")->check(CLI::Range(1, 100'000));
   CLI11_PARSE(app, argc, argv);
   if (bench->parsed()) return run_bench(options);
+  if (collective->parsed()) return run_collective_cases(co);
   if (scenarios->parsed()) return run_scenarios(options);
   return run_demo(options);
 }

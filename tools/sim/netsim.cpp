@@ -43,6 +43,13 @@ inline uint64_t div_u128(u128 num, uint64_t den, uint64_t* rem) {
 
 Time saturating_add(Time a, Time b) { return a > kNever - b ? kNever : a + b; }
 
+constexpr Time kHeldHostTimerNs = 500;
+
+// The first whole nanosecond at or after busy_ps + busy_frac / rate.
+Time ceil_ns(uint64_t busy_ps, uint64_t busy_frac) {
+  return busy_ps / kPsPerNs + ((busy_ps % kPsPerNs != 0 || busy_frac != 0) ? 1 : 0);
+}
+
 }  // namespace
 
 Simulator::Simulator(uint64_t seed) : seed_(seed), rng_(seed) {
@@ -86,8 +93,29 @@ LinkId Simulator::add_link(NodeId from, NodeId to, const LinkParams& params) {
   l.from = from;
   l.to = to;
   l.params = params;
+  l.queued = nodes_[from].pfc || nodes_[to].pfc || nodes_[from].tx_ring_bytes != 0;
   links_.push_back(std::move(l));
-  return static_cast<LinkId>(links_.size() - 1);
+  const auto id = static_cast<LinkId>(links_.size() - 1);
+  nodes_[from].out_links.push_back(id);
+  return id;
+}
+
+void Simulator::enable_pfc(NodeId sw, const PfcParams& params) {
+  if (sw >= nodes_.size() || nodes_[sw].host != nullptr)
+    throw std::invalid_argument("netsim: enable_pfc on a node that is not a switch");
+  if (params.xon_bytes > params.xoff_bytes)
+    throw std::invalid_argument("netsim: PFC xon_bytes must not exceed xoff_bytes");
+  nodes_[sw].pfc = true;
+  nodes_[sw].pfc_params = params;
+  for (Link& l : links_)
+    if (l.from == sw || l.to == sw) l.queued = true;
+}
+
+void Simulator::set_tx_ring(NodeId host, uint64_t bytes) {
+  Node& n = host_node(host);
+  n.tx_ring_bytes = bytes;
+  if (bytes != 0)
+    for (LinkId l : n.out_links) links_[l].queued = true;
 }
 
 void Simulator::add_route(NodeId at, NodeId dst, std::vector<LinkId> links, Select select) {
@@ -157,6 +185,13 @@ bool Simulator::is_host(NodeId node) const {
   return node < nodes_.size() && nodes_[node].host != nullptr;
 }
 
+const std::vector<LinkId>& Simulator::links_from(NodeId node) const {
+  if (node >= nodes_.size()) throw std::out_of_range("netsim: unknown node");
+  return nodes_[node].out_links;
+}
+
+uint64_t Simulator::backlog_bytes(LinkId link) const { return backlog_at(link_ref(link), now_ * kPsPerNs); }
+
 const Simulator::Route* Simulator::find_route(NodeId at, NodeId dst) const {
   const Node& n = nodes_[at];
   if (dst < n.routes.size() && !n.routes[dst].links.empty()) return &n.routes[dst];
@@ -169,8 +204,12 @@ LinkId Simulator::next_hop(NodeId at, const Datagram& d) const {
   const Route* r = find_route(at, d.dst);
   if (r == nullptr) return kNoLink;
   const size_t n = r->links.size();
-  if (n == 1) return r->links[0];
-  if (r->select == Select::PortModulo) return r->links[d.src_port % n];
+  if (n == 1 && r->select != Select::Egress) return r->links[0];
+  switch (r->select) {
+    case Select::PortModulo: return r->links[d.src_port % n];
+    case Select::Egress: return d.egress < n ? r->links[d.egress] : kNoLink;
+    case Select::Hash: break;
+  }
   return r->links[flow_hash(nodes_[at].hash_seed, d) % n];
 }
 
@@ -260,14 +299,33 @@ void Simulator::dispatch(const Event& ev) {
     case EventKind::BlackholeDrop:
       ++links_[ev.id].stats.dropped_blackhole;
       break;
+    case EventKind::TxDone:
+      on_tx_done(ev.id);
+      break;
+    case EventKind::PfcFrame:
+      on_pfc_frame(ev.id, ev.arg);
+      break;
   }
 }
 
 // ---------------------------------------------------------------- hosts
 
+bool Simulator::tx_ring_full(const Node& n) const {
+  if (n.tx_ring_bytes == 0 || n.out_links.empty()) return false;
+  const uint64_t t_ps = now_ * kPsPerNs;
+  for (LinkId l : n.out_links)
+    if (backlog_at(links_[l], t_ps) < n.tx_ring_bytes) return false;
+  return true;
+}
+
 void Simulator::poll(NodeId node) {
-  Host& h = *nodes_[node].host;
+  Node& n = nodes_[node];
+  Host& h = *n.host;
   for (;;) {
+    if (tx_ring_full(n)) {
+      n.tx_blocked = true;
+      break;
+    }
     const uint32_t slot = alloc_slot();
     Datagram& d = pool_[slot];
     if (!h.transmit(now_, d)) {
@@ -275,7 +333,7 @@ void Simulator::poll(NodeId node) {
       break;
     }
     d.src = node;
-    route_and_send(node, slot);
+    route_and_send(node, slot, kNoLink);
   }
   schedule_timer(node, h.next_wakeup());
 }
@@ -283,6 +341,10 @@ void Simulator::poll(NodeId node) {
 void Simulator::schedule_timer(NodeId node, Time wakeup) {
   if (wakeup == kNever) return;  // a live earlier event re-checks when it fires
   Node& n = nodes_[node];
+  // A host held by its full ring is polled when the ring drains; its
+  // overdue timers (retransmission, probes) run at most every
+  // kHeldHostTimerNs meanwhile, rather than in a loop at one instant.
+  if (n.tx_blocked && wakeup <= now_) wakeup = now_ + kHeldHostTimerNs;
   Time target = wakeup;
   if (wakeup <= now_) {
     // "Poll again now" — but at most one on_timer per host per ns, so a host
@@ -322,6 +384,7 @@ uint32_t Simulator::alloc_slot() {
     Datagram& d = pool_[slot];
     d.src = d.dst = 0;
     d.src_port = d.dst_port = 0;
+    d.egress = 0;
     d.ce = false;
     d.payload.clear();
     return slot;
@@ -332,17 +395,32 @@ uint32_t Simulator::alloc_slot() {
 
 void Simulator::free_slot(uint32_t slot) { free_slots_.push_back(slot); }
 
-void Simulator::route_and_send(NodeId at, uint32_t slot) {
+void Simulator::route_and_send(NodeId at, uint32_t slot, LinkId ingress) {
   const LinkId l = next_hop(at, pool_[slot]);
   if (l == kNoLink) {
     ++unroutable_;
     free_slot(slot);
     return;
   }
-  enqueue(l, slot);
+  enqueue(l, slot, ingress);
 }
 
-void Simulator::enqueue(LinkId link, uint32_t slot) {
+uint64_t Simulator::backlog_at(const Link& l, uint64_t t_ps) const {
+  // Bytes still to be serialized, derived from the time the queue (or, in
+  // the explicit model, the current frame) drains: exact, since busy time is
+  // kept in ps plus a fraction of 1/rate ps.
+  const bool busy = l.busy_ps > t_ps || (l.busy_ps == t_ps && l.busy_frac != 0);
+  uint64_t backlog = 0;
+  if (busy) {
+    const u128 num = u128(l.busy_ps - t_ps) * l.params.rate_bps + l.busy_frac;  // ps * bit/s
+    uint64_t rem = 0;
+    backlog = div_u128(num, kPsBitsPerByte, &rem);
+    if (rem != 0) ++backlog;  // a partly serialized byte is still waiting
+  }
+  return backlog + l.fifo_bytes;
+}
+
+void Simulator::enqueue(LinkId link, uint32_t slot, LinkId ingress) {
   Link& l = links_[link];
   const LinkParams& p = l.params;
   LinkStats& st = l.stats;
@@ -352,18 +430,8 @@ void Simulator::enqueue(LinkId link, uint32_t slot) {
   ++st.packets_in;
   st.bytes_in += size;
 
-  // Backlog: bytes still to be serialized when this packet arrives, derived
-  // from the time the queue drains (exact: busy time is kept in ps plus a
-  // fraction of 1/rate ps).
   const uint64_t t_ps = now_ * kPsPerNs;
-  const bool busy = l.busy_ps > t_ps || (l.busy_ps == t_ps && l.busy_frac != 0);
-  uint64_t backlog = 0;
-  if (busy) {
-    const u128 num = u128(l.busy_ps - t_ps) * p.rate_bps + l.busy_frac;  // ps * bit/s
-    uint64_t rem = 0;
-    backlog = div_u128(num, kPsBitsPerByte, &rem);
-    if (rem != 0) ++backlog;  // a partly serialized byte is still waiting
-  }
+  const uint64_t backlog = backlog_at(l, t_ps);
   if (wire > p.queue_bytes || backlog > p.queue_bytes - wire) {
     ++st.dropped_queue;
     free_slot(slot);
@@ -375,13 +443,36 @@ void Simulator::enqueue(LinkId link, uint32_t slot) {
   }
   st.max_backlog_bytes = std::max(st.max_backlog_bytes, backlog + wire);
 
+  if (l.queued) {
+    // The fate is drawn now, in the order packets enter links, as in the
+    // arithmetic model below; blackholes are judged when the frame leaves.
+    QueuedPacket q;
+    q.slot = slot;
+    q.wire = static_cast<uint32_t>(wire);
+    q.ingress = ingress;
+    q.enqueued_ps = t_ps;
+    q.lost = p.loss > 0 && uniform() < p.loss;
+    if (!q.lost && p.jitter_ns > 0) q.jitter = uniform_upto(p.jitter_ns);
+    q.duplicate = !q.lost && p.duplicate > 0 && uniform() < p.duplicate;
+    l.fifo.push_back(q);
+    l.fifo_bytes += wire;
+    if (ingress != kNoLink && nodes_[l.from].pfc) {
+      Link& in = links_[ingress];
+      in.held_downstream += wire;
+      if (!in.xoff_sent && in.held_downstream > nodes_[l.from].pfc_params.xoff_bytes) send_pfc_frame(ingress, true);
+    }
+    start_transmission(link);
+    return;
+  }
+
+  const bool busy = l.busy_ps > t_ps || (l.busy_ps == t_ps && l.busy_frac != 0);
   if (!busy) {
     l.busy_ps = t_ps;
     l.busy_frac = 0;
   }
   const u128 total = u128(wire) * kPsBitsPerByte + l.busy_frac;
   l.busy_ps += div_u128(total, p.rate_bps, &l.busy_frac);
-  const Time leave = l.busy_ps / kPsPerNs + ((l.busy_ps % kPsPerNs != 0 || l.busy_frac != 0) ? 1 : 0);
+  const Time leave = ceil_ns(l.busy_ps, l.busy_frac);
 
   for (const auto& [start, end] : p.blackholes) {
     if (leave >= start && leave < end) {
@@ -408,6 +499,93 @@ void Simulator::enqueue(LinkId link, uint32_t slot) {
   }
 }
 
+void Simulator::start_transmission(LinkId link) {
+  Link& l = links_[link];
+  if (l.transmitting || l.paused || l.fifo.empty()) return;
+  l.in_tx = l.fifo.front();
+  l.fifo.pop_front();
+  l.fifo_bytes -= l.in_tx.wire;
+  l.transmitting = true;
+  // The frame starts when the previous one ended, when it entered the
+  // queue, or when the latest XON released the link, whichever is latest:
+  // back-to-back frames keep the exact times of the arithmetic model.
+  for (const uint64_t ps : {l.in_tx.enqueued_ps, l.resume_ps}) {
+    if (ps > l.busy_ps) {
+      l.busy_ps = ps;
+      l.busy_frac = 0;
+    }
+  }
+  const u128 total = u128(l.in_tx.wire) * kPsBitsPerByte + l.busy_frac;
+  l.busy_ps += div_u128(total, l.params.rate_bps, &l.busy_frac);
+  push(std::max(now_, ceil_ns(l.busy_ps, l.busy_frac)), EventKind::TxDone, link, 0);
+}
+
+void Simulator::on_tx_done(LinkId link) {
+  Link& l = links_[link];
+  const QueuedPacket q = l.in_tx;
+  l.transmitting = false;
+  Node& from = nodes_[l.from];
+  if (q.ingress != kNoLink && from.pfc) {
+    Link& in = links_[q.ingress];
+    in.held_downstream -= q.wire;
+    if (in.xoff_sent && in.held_downstream <= from.pfc_params.xon_bytes) send_pfc_frame(q.ingress, false);
+  }
+  const LinkParams& p = l.params;
+  bool blackholed = false;
+  for (const auto& [start, end] : p.blackholes) blackholed |= now_ >= start && now_ < end;
+  if (blackholed) {
+    ++l.stats.dropped_blackhole;
+    free_slot(q.slot);
+  } else if (q.lost) {
+    ++l.stats.dropped_loss;
+    free_slot(q.slot);
+  } else {
+    Time arrival = saturating_add(saturating_add(now_, p.delay_ns), q.jitter);
+    if (!p.reorder) arrival = std::max(arrival, l.last_arrival);
+    l.last_arrival = std::max(l.last_arrival, arrival);
+    push(arrival, EventKind::Arrival, link, q.slot);
+    if (q.duplicate) {
+      const uint32_t copy = alloc_slot();
+      pool_[copy] = pool_[q.slot];
+      push(saturating_add(arrival, 1), EventKind::Arrival, link, copy | kDupFlag);
+    }
+  }
+  start_transmission(link);
+  if (from.tx_blocked && !tx_ring_full(from)) {
+    from.tx_blocked = false;
+    wake(l.from);
+  }
+}
+
+void Simulator::send_pfc_frame(LinkId ingress, bool xoff) {
+  Link& in = links_[ingress];
+  in.xoff_sent = xoff;
+  ++in.pfc_frames_sent;
+  push(saturating_add(now_, in.params.delay_ns), EventKind::PfcFrame, ingress,
+       (in.pfc_frames_sent << 1) | (xoff ? 1 : 0));
+}
+
+void Simulator::on_pfc_frame(LinkId link, uint64_t arg) {
+  Link& l = links_[link];
+  const uint64_t frame = arg >> 1;
+  if (frame <= l.pfc_frames_applied) return;  // overtaken by a later frame (the delay changed)
+  l.pfc_frames_applied = frame;
+  const bool xoff = (arg & 1) != 0;
+  if (xoff) {
+    ++l.stats.pause_frames;
+    if (!l.paused) {
+      l.paused = true;
+      l.paused_since = now_;
+    }
+    return;
+  }
+  if (!l.paused) return;
+  l.paused = false;
+  l.stats.paused_ns += now_ - l.paused_since;
+  l.resume_ps = now_ * kPsPerNs;
+  start_transmission(link);
+}
+
 void Simulator::on_arrival(LinkId link, uint64_t arg) {
   Link& l = links_[link];
   const auto slot = static_cast<uint32_t>(arg);
@@ -416,7 +594,7 @@ void Simulator::on_arrival(LinkId link, uint64_t arg) {
   const NodeId to = l.to;
   Node& n = nodes_[to];
   if (n.host == nullptr) {
-    route_and_send(to, slot);
+    route_and_send(to, slot, link);
     return;
   }
   // pool_ is a deque, so this reference survives anything receive() may do.

@@ -19,6 +19,13 @@
 // arithmetically when it enters the link. A packet dropped by loss or a
 // blackhole costs one small event at its leave time so that the drop counters
 // change at the virtual time the drop happens.
+//
+// Links that can be held back — every link into or out of a switch with
+// priority flow control (PFC), and the uplinks of a host with a transmit ring
+// — keep an explicit FIFO instead and cost a second event per packet (the end
+// of its serialization), because a paused port's queue cannot be computed in
+// advance. Without pauses the two models give the same times: a test pins
+// that down.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +47,7 @@ inline constexpr LinkId kNoLink = UINT32_MAX;
 struct Datagram {
   NodeId src = 0, dst = 0;
   uint16_t src_port = 0, dst_port = 0;
+  uint16_t egress = 0;           // the sending host's uplink (its NIC) for Select::Egress routes
   bool ce = false;               // ECN Congestion Experienced, set by a link
   std::vector<uint8_t> payload;  // the UDP payload
 };
@@ -54,8 +62,9 @@ class Host {
   // Called when now >= next_wakeup().
   virtual void on_timer(Time now) = 0;
   // Next datagram ready at `now`; false when none. The host fills
-  // src_port/dst_port/dst/payload; the simulator sets src. `out` arrives
-  // reset (empty payload, possibly with spare capacity, ce == false).
+  // src_port/dst_port/dst/payload (and egress if it has several uplinks);
+  // the simulator sets src. `out` arrives reset (empty payload, possibly
+  // with spare capacity, egress 0, ce == false).
   virtual bool transmit(Time now, Datagram& out) = 0;
   virtual Time next_wakeup() const = 0;  // kNever when idle
 };
@@ -80,13 +89,31 @@ struct LinkParams {
 // dropped_loss / dropped_blackhole change at the packet's leave time;
 // duplicated and delivered when the copy reaches the next node.
 // max_backlog_bytes: peak queue occupancy (backlog found + the admitted
-// packet's wire bytes).
+// packet's wire bytes). pause_frames: PFC XOFF frames the link's far end
+// sent to hold this link; paused_ns: time the link spent held (up to the
+// latest resume).
 struct LinkStats {
   uint64_t packets_in = 0, bytes_in = 0, delivered = 0, dropped_loss = 0, dropped_queue = 0,
-           dropped_blackhole = 0, duplicated = 0, ce_marked = 0, max_backlog_bytes = 0;
+           dropped_blackhole = 0, duplicated = 0, ce_marked = 0, max_backlog_bytes = 0,
+           pause_frames = 0, paused_ns = 0;
 };
 
-enum class Select { Hash, PortModulo };  // ECMP choice among several next-hop links
+// Next-hop choice among several links: ECMP hash of the 5-tuple, the source
+// port modulo the number of links, or the datagram's egress (a host's NIC).
+enum class Select { Hash, PortModulo, Egress };
+
+// Priority flow control (IEEE 802.1Qbb) at a switch, with one lossless
+// class that carries all traffic. The switch counts, per ingress link, the
+// wire bytes that arrived on it and have not yet left the switch; above
+// xoff_bytes it sends the link's upstream an XOFF, at or below xon_bytes an
+// XON. A pause frame takes the link's propagation delay to arrive (it is a
+// MAC control frame, not queued behind data; refresh frames of a held pause
+// are not modelled: a pause lasts until its XON). A held port finishes the
+// frame it is sending and then sends nothing until resumed.
+struct PfcParams {
+  uint64_t xoff_bytes = 256 << 10;
+  uint64_t xon_bytes = 248 << 10;
+};
 
 class Simulator {
  public:
@@ -105,7 +132,8 @@ class Simulator {
 
   // Forwarding at node `at` for destination host `dst`; every link must start
   // at `at`. With several links: Hash = a hash of (src, dst, src_port,
-  // dst_port) mixed with the node's seed, mod n; PortModulo = links[src_port % n].
+  // dst_port) mixed with the node's seed, mod n; PortModulo = links[src_port % n];
+  // Egress = links[egress] (unroutable when egress >= n).
   // Replaces an earlier route for the same (at, dst).
   void add_route(NodeId at, NodeId dst, std::vector<LinkId> links, Select select = Select::Hash);
   // Used at `at` for destinations without a specific route (e.g. a host's
@@ -119,6 +147,18 @@ class Simulator {
   // index, and PortModulo routes both ways (a->b for dst b, b->a for dst a).
   ParallelPaths connect_parallel(NodeId a, NodeId b, const std::vector<LinkParams>& per_path);
 
+  // PFC at switch `sw` (see PfcParams); links into and out of it become
+  // explicit FIFOs. Call before traffic flows.
+  void enable_pfc(NodeId sw, const PfcParams& params);
+  // A host's NIC transmit rings: the host is not asked for datagrams while
+  // every one of its uplinks holds `bytes` or more (queued or being
+  // serialized), as a NIC stops taking work when its ring is full, and is
+  // polled again when one drains below it. With several NICs (planes) a full
+  // one does not hold the others: what the host gives it waits in its queue,
+  // as a runtime with a socket per path holds what one NIC cannot take yet.
+  // 0 (the default) = unlimited. Call before traffic flows.
+  void set_tx_ring(NodeId host, uint64_t bytes);
+
   // Takes effect for packets entering the link afterwards (packets already in
   // the link keep the times and fates computed when they entered).
   void set_link(LinkId link, const LinkParams& params);
@@ -129,6 +169,10 @@ class Simulator {
   size_t link_count() const { return links_.size(); }
   size_t node_count() const { return nodes_.size(); }
   bool is_host(NodeId node) const;
+  const std::vector<LinkId>& links_from(NodeId node) const;
+  // Bytes waiting in the link's queue now, including the rest of the frame
+  // being serialized.
+  uint64_t backlog_bytes(LinkId link) const;
 
   // The link node `at` would send `d` on (d.src must be set), or kNoLink if
   // it has no route for d.dst. Pure; consumes no randomness.
@@ -157,11 +201,13 @@ class Simulator {
   uint64_t seed() const { return seed_; }
 
  private:
-  enum class EventKind : uint8_t { Arrival, Timer, Poll, Action, LossDrop, BlackholeDrop };
+  enum class EventKind : uint8_t { Arrival, Timer, Poll, Action, LossDrop, BlackholeDrop, TxDone, PfcFrame };
   struct Event {
     Time time;
     uint64_t seq;
-    uint64_t arg;  // Arrival: slot | dup flag; Timer: generation; Action: action index
+    // Arrival: slot | dup flag; Timer: generation; Action: action index;
+    // PfcFrame: frame number << 1 | 1 for XOFF, 0 for XON.
+    uint64_t arg;
     uint32_t id;   // link id or node id
     EventKind kind;
   };
@@ -179,21 +225,53 @@ class Simulator {
     uint64_t hash_seed = 0;
     std::vector<Route> routes;  // indexed by destination node id
     Route default_route;
+    std::vector<LinkId> out_links;
+    bool pfc = false;
+    PfcParams pfc_params;
+    uint64_t tx_ring_bytes = 0;  // 0 = unlimited
+    bool tx_blocked = false;     // a full ring stopped polling; a draining uplink resumes it
     // Host timer state.
     uint64_t timer_gen = 0;
     Time timer_at = kNever;        // time of the live timer event, kNever if none
     Time last_on_timer = kNever;   // virtual time of the latest on_timer call
     bool poll_pending = false;
   };
+  // A packet in an explicit link queue, with the fate drawn when it entered.
+  struct QueuedPacket {
+    uint32_t slot = 0;
+    uint32_t wire = 0;         // wire bytes on this link
+    LinkId ingress = kNoLink;  // the link it arrived on at this node (PFC accounting)
+    uint64_t enqueued_ps = 0;
+    bool lost = false;
+    bool duplicate = false;
+    Time jitter = 0;
+  };
   struct Link {
     NodeId from = 0, to = 0;
     LinkParams params;
     LinkStats stats;
-    // Time at which the egress queue is empty, in picoseconds plus a
-    // fraction busy_frac / rate_bps of a picosecond (exact arithmetic).
+    // Arithmetic model: time at which the egress queue is empty. Explicit
+    // model: time at which the frame being serialized is done. Both in
+    // picoseconds plus a fraction busy_frac / rate_bps of a picosecond
+    // (exact arithmetic).
     uint64_t busy_ps = 0;
     uint64_t busy_frac = 0;
     Time last_arrival = 0;  // latest arrival scheduled on this link
+    // Explicit model.
+    bool queued = false;
+    std::deque<QueuedPacket> fifo;
+    uint64_t fifo_bytes = 0;
+    bool transmitting = false;
+    QueuedPacket in_tx;
+    bool paused = false;        // an XOFF from the far end holds this link
+    Time paused_since = 0;
+    uint64_t resume_ps = 0;     // no frame starts before this (the latest XON's arrival)
+    uint64_t pfc_frames_applied = 0;
+    // PFC at the far end: bytes that came over this link and are still
+    // held there, whether the far end has sent XOFF, and frames it sent.
+    uint64_t held_downstream = 0;
+    bool xoff_sent = false;
+    uint64_t pfc_frames_sent = 0;
   };
 
   static constexpr uint64_t kDupFlag = uint64_t{1} << 32;
@@ -202,8 +280,14 @@ class Simulator {
   void dispatch(const Event& ev);
   uint32_t alloc_slot();
   void free_slot(uint32_t slot);
-  void route_and_send(NodeId at, uint32_t slot);
-  void enqueue(LinkId link, uint32_t slot);
+  void route_and_send(NodeId at, uint32_t slot, LinkId ingress);
+  void enqueue(LinkId link, uint32_t slot, LinkId ingress);
+  uint64_t backlog_at(const Link& l, uint64_t t_ps) const;
+  void start_transmission(LinkId link);
+  void on_tx_done(LinkId link);
+  void send_pfc_frame(LinkId ingress, bool xoff);
+  void on_pfc_frame(LinkId link, uint64_t arg);
+  bool tx_ring_full(const Node& n) const;
   void on_arrival(LinkId link, uint64_t arg);
   void on_timer_event(NodeId node, uint64_t gen);
   void poll(NodeId node);
