@@ -11,7 +11,9 @@
  * drivers' devices) and lets module exit find what is left.
  */
 #include <linux/if_arp.h>
+#include <linux/random.h>
 #include <net/addrconf.h>
+#include <rdma/ib_cache.h>
 
 #include "mroce.h"
 
@@ -25,6 +27,8 @@ static void mroce_dealloc_driver(struct ib_device *ib)
 	mutex_lock(&mroce_devices_lock);
 	list_del_init(&dev->node);
 	mutex_unlock(&mroce_devices_lock);
+	if (dev->gnet)
+		mroce_gsi_net_put(dev->gnet);
 	dev_put(dev->ndev);
 }
 
@@ -67,10 +71,25 @@ int mroce_newlink(const char *ibdev_name, struct net_device *ndev)
 	if (!dev)
 		return -ENOMEM;
 	INIT_LIST_HEAD(&dev->node);
+	/* Our own reference, dropped in dealloc_driver (which
+	 * ib_dealloc_device runs on the error paths below too): the core
+	 * drops its one while unregistering, before sysfs (whose port files
+	 * call query_port) is gone. */
+	dev_hold(ndev);
 	dev->ndev = ndev;
 	ib_set_device_ops(&dev->ib, &mroce_dev_ops);
 	ib_set_device_ops(&dev->ib, &mroce_query_ops);
 	ib_set_device_ops(&dev->ib, &mroce_verbs_ops);
+	ib_set_device_ops(&dev->ib, &mroce_gsi_ops);
+	dev->ib.local_dma_lkey = MROCE_LOCAL_DMA_LKEY;
+	/* The provider's way to post a completion event to a user CQ's
+	 * channel (gsi.c, mroce_req_notify_cq); off by default. */
+	dev->ib.uverbs_cmd_mask |= BIT_ULL(IB_USER_VERBS_CMD_REQ_NOTIFY_CQ);
+	spin_lock_init(&dev->gsi_lock);
+	dev->port_state = mroce_port_state(ndev);
+	do
+		dev->epoch = get_random_u32();
+	while (!dev->epoch);
 	dev->ib.node_type = RDMA_NODE_IB_CA;
 	dev->ib.phys_port_cnt = 1;
 	dev->ib.num_comp_vectors = 1;
@@ -80,11 +99,10 @@ int mroce_newlink(const char *ibdev_name, struct net_device *ndev)
 	err = ib_device_set_netdev(&dev->ib, ndev, 1);
 	if (err)
 		goto free;
-	/* Our own reference, dropped in dealloc_driver: the core drops its
-	 * one while unregistering, before sysfs (whose port files call
-	 * query_port) is gone. */
-	dev_hold(ndev);
-
+	/* QP1's socket, before registration creates QP1. */
+	err = mroce_gsi_net_get(dev_net(ndev), &dev->gnet);
+	if (err)
+		goto free;
 	/* Claim the netdev before registering, so that two concurrent adds
 	 * on one netdev cannot both succeed. The lock is not held across
 	 * registration, which takes locks the netdev notifier holds. */
@@ -94,7 +112,7 @@ int mroce_newlink(const char *ibdev_name, struct net_device *ndev)
 		mutex_unlock(&mroce_devices_lock);
 		pr_info("metaroce: %s already has a metaroce device\n", netdev_name(ndev));
 		err = -EEXIST;
-		goto put;
+		goto free;
 	}
 	list_add_tail(&dev->node, &mroce_devices);
 	mutex_unlock(&mroce_devices_lock);
@@ -105,7 +123,7 @@ int mroce_newlink(const char *ibdev_name, struct net_device *ndev)
 		list_del_init(&dev->node);
 		mutex_unlock(&mroce_devices_lock);
 		pr_info("metaroce: registering %s on %s failed: %d\n", ibdev_name, netdev_name(ndev), err);
-		goto put;
+		goto free;
 	}
 	/* The netdev may have started to go away while we registered: its
 	 * NETDEV_UNREGISTER could not yet queue our removal. */
@@ -114,9 +132,8 @@ int mroce_newlink(const char *ibdev_name, struct net_device *ndev)
 	pr_info("metaroce: %s on %s\n", ibdev_name, netdev_name(ndev));
 	return 0;
 
-put:
-	dev_put(ndev);
 free:
+	/* dealloc_driver releases the netdev and the GSI sockets. */
 	ib_dealloc_device(&dev->ib);
 	return err;
 }
@@ -136,23 +153,49 @@ void mroce_netdev_gone(struct net_device *ndev)
 	mutex_unlock(&mroce_devices_lock);
 }
 
-/* PORT_ACTIVE / PORT_ERR to the device's users (uverbs writes them to every
- * context's async event file) when the netdev's carrier comes or goes. */
+/* PORT_ACTIVE / PORT_ERR when the netdev's carrier comes or goes, once per
+ * change (NETDEV_CHANGE also comes for other reasons). */
 void mroce_netdev_port_event(struct net_device *ndev)
 {
-	struct ib_event ev = {};
+	struct ib_event event = { .element.port_num = 1 };
 	struct mroce_dev *dev;
+	enum ib_port_state state = mroce_port_state(ndev);
 
 	mutex_lock(&mroce_devices_lock);
 	dev = mroce_find_locked(ndev);
-	if (dev && ib_device_try_get(&dev->ib)) {
-		ev.device = &dev->ib;
-		ev.element.port_num = 1;
-		ev.event = netif_running(ndev) && netif_carrier_ok(ndev) ? IB_EVENT_PORT_ACTIVE : IB_EVENT_PORT_ERR;
-		ib_dispatch_event(&ev);
+	if (dev && dev->port_state != state && ib_device_try_get(&dev->ib)) {
+		/* As rxe: the RDMA core's cache, rdma_cm and user space
+		 * (uverbs writes it to every context's async event file) hear
+		 * of it. */
+		dev->port_state = state;
+		event.device = &dev->ib;
+		event.event = state == IB_PORT_ACTIVE ? IB_EVENT_PORT_ACTIVE : IB_EVENT_PORT_ERR;
+		ib_dispatch_event(&event);
 		ib_device_put(&dev->ib);
 	}
 	mutex_unlock(&mroce_devices_lock);
+}
+
+struct mroce_dev *mroce_find_by_gid(struct mroce_gsi_net *g, const union ib_gid *gid)
+{
+	const struct ib_gid_attr *attr;
+	struct mroce_dev *dev, *found = NULL;
+
+	mutex_lock(&mroce_devices_lock);
+	list_for_each_entry(dev, &mroce_devices, node) {
+		if (dev->gnet != g)
+			continue;
+		attr = rdma_find_gid_by_port(&dev->ib, gid, IB_GID_TYPE_ROCE_UDP_ENCAP, 1, NULL);
+		if (IS_ERR(attr))
+			continue;
+		rdma_put_gid_attr(attr);
+		if (ib_device_try_get(&dev->ib)) {
+			found = dev;
+			break;
+		}
+	}
+	mutex_unlock(&mroce_devices_lock);
+	return found;
 }
 
 void mroce_remove_all(void)

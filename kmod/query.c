@@ -7,6 +7,7 @@
  */
 #include <linux/inetdevice.h>
 #include <linux/netdevice.h>
+#include <rdma/ib_mad.h>
 
 #include "mroce.h"
 
@@ -25,8 +26,9 @@ static int mroce_query_device(struct ib_device *ib, struct ib_device_attr *attr,
 	attr->max_qp_wr = MROCE_MAX_QP_WR;
 	attr->device_cap_flags = IB_DEVICE_RC_RNR_NAK_GEN | IB_DEVICE_SYS_IMAGE_GUID | IB_DEVICE_PORT_ACTIVE_EVENT |
 				 IB_DEVICE_SRQ_RESIZE;
-	/* `rdma link del` may remove the device. */
-	attr->kernel_cap_flags = IBK_ALLOW_USER_UNREG;
+	/* `rdma link del` may remove the device; kernel PDs (the MAD
+	 * layer's) have the local DMA lkey. */
+	attr->kernel_cap_flags = IBK_ALLOW_USER_UNREG | IBK_LOCAL_DMA_LKEY;
 	attr->max_send_sge = MROCE_MAX_SGE;
 	attr->max_recv_sge = MROCE_MAX_SGE;
 	attr->max_sge_rd = MROCE_MAX_SGE;
@@ -45,6 +47,11 @@ static int mroce_query_device(struct ib_device *ib, struct ib_device_attr *attr,
 	attr->max_pkeys = 1;
 	attr->local_ca_ack_delay = 15;
 	return 0;
+}
+
+enum ib_port_state mroce_port_state(const struct net_device *ndev)
+{
+	return netif_running(ndev) && netif_carrier_ok(ndev) ? IB_PORT_ACTIVE : IB_PORT_DOWN;
 }
 
 /* The provider's data packets fill the netdev's MTU over IPv4 when the
@@ -81,7 +88,8 @@ static int mroce_query_port(struct ib_device *ib, u32 port, struct ib_port_attr 
 	err = ib_get_eth_speed(ib, port, &attr->active_speed, &attr->active_width);
 	if (err)
 		return err;
-	if (netif_running(ndev) && netif_carrier_ok(ndev)) {
+	attr->port_cap_flags = IB_PORT_CM_SUP;
+	if (mroce_port_state(ndev) == IB_PORT_ACTIVE) {
 		attr->state = IB_PORT_ACTIVE;
 		attr->phys_state = IB_PORT_PHYS_STATE_LINK_UP;
 	}
@@ -99,12 +107,10 @@ static int mroce_get_port_immutable(struct ib_device *ib, u32 port, struct ib_po
 		return err;
 	imm->pkey_tbl_len = attr.pkey_tbl_len;
 	imm->gid_tbl_len = attr.gid_tbl_len;
-	/* RoCEv2 addressing only, so the core fills the GID table from the
-	 * netdev's addresses. No IB_MAD/IB_CM capability: there is no kernel
-	 * QP1 data path, so the MAD and CM layers must leave the port alone
-	 * (and then max_mad_size must be 0). */
-	imm->core_cap_flags = RDMA_CORE_CAP_PROT_ROCE_UDP_ENCAP;
-	imm->max_mad_size = 0;
+	/* RoCE v2 addressing (the core fills the GID table from the netdev's
+	 * addresses) with the MAD and CM layers on QP1 (gsi.c): rdma_cm. */
+	imm->core_cap_flags = RDMA_CORE_PORT_IBA_ROCE_UDP_ENCAP;
+	imm->max_mad_size = IB_MGMT_MAD_SIZE;
 	return 0;
 }
 

@@ -2,8 +2,9 @@
 /*
  * User contexts, PDs, CQs and QPs: kernel objects so that the device is a
  * real uverbs device (numbering, state of record, cleanup when a process
- * dies), with no data path behind them. Kernel consumers (ULPs, rdma_cm's
- * QP1) are refused: there is nobody in the kernel to move their packets.
+ * dies), with no data path behind them. Kernel consumers get PDs, CQs and
+ * QP1, the GSI QP of the MAD layer (gsi.c); any other kernel QP (a ULP's)
+ * is refused: there is nobody in the kernel to move its packets.
  */
 #include <rdma/uverbs_ioctl.h>
 
@@ -92,8 +93,9 @@ static void mroce_disassociate_ucontext(struct ib_ucontext *ibuc)
 
 static int mroce_alloc_pd(struct ib_pd *pd, struct ib_udata *udata)
 {
+	/* A kernel PD (the MAD layer's) uses MROCE_LOCAL_DMA_LKEY. */
 	if (!udata)
-		return -EOPNOTSUPP;
+		return 0;
 	return mroce_udata_empty(udata);
 }
 
@@ -104,10 +106,10 @@ static int mroce_dealloc_pd(struct ib_pd *pd, struct ib_udata *udata)
 
 static int mroce_create_cq(struct ib_cq *cq, const struct ib_cq_init_attr *attr, struct ib_udata *udata)
 {
-	if (!udata)
-		return -EOPNOTSUPP;
 	if (attr->flags)
 		return -EOPNOTSUPP;
+	if (!udata)
+		return mroce_kernel_create_cq(to_mcq(cq), attr);
 	if (attr->cqe < 1 || attr->cqe > MROCE_MAX_CQE)
 		return -EINVAL;
 	cq->cqe = attr->cqe;
@@ -116,6 +118,8 @@ static int mroce_create_cq(struct ib_cq *cq, const struct ib_cq_init_attr *attr,
 
 static int mroce_destroy_cq(struct ib_cq *cq, struct ib_udata *udata)
 {
+	if (!udata)
+		mroce_kernel_destroy_cq(to_mcq(cq));
 	return 0;
 }
 
@@ -126,8 +130,16 @@ static int mroce_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, str
 	const struct ib_qp_cap *cap = &init->cap;
 	int err, index;
 
-	if (!udata)
-		return -EOPNOTSUPP;
+	if (!udata) {
+		if (init->qp_type != IB_QPT_GSI)
+			return -EOPNOTSUPP;
+		err = mroce_gsi_create_qp(qp, init);
+		if (!err) {
+			qp->state = IB_QPS_RESET;
+			mutex_init(&qp->lock);
+		}
+		return err;
+	}
 	/* SRQs live in the provider: it creates SRQ-attached QPs without one here. */
 	if ((init->qp_type != IB_QPT_RC && init->qp_type != IB_QPT_UD) || init->srq || init->create_flags ||
 	    init->xrcd)
@@ -162,6 +174,8 @@ static int mroce_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask
 	enum ib_qp_state next;
 	int err;
 
+	if (qp->gsi)
+		return mroce_gsi_modify_qp(qp, attr, mask);
 	if (udata) {
 		err = mroce_udata_empty(udata);
 		if (err)
@@ -198,6 +212,10 @@ static int mroce_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 
 	memset(attr, 0, sizeof(*attr));
 	memset(init, 0, sizeof(*init));
+	if (qp->gsi) {
+		mroce_gsi_query_qp(qp, attr);
+		goto init;
+	}
 	mutex_lock(&qp->lock);
 	attr->qp_state = qp->state;
 	attr->cur_qp_state = qp->state;
@@ -211,6 +229,7 @@ static int mroce_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	attr->port_num = 1;
 	attr->cap = qp->cap;
 	mutex_unlock(&qp->lock);
+init:
 	init->qp_type = ibqp->qp_type;
 	init->send_cq = ibqp->send_cq;
 	init->recv_cq = ibqp->recv_cq;
@@ -223,45 +242,15 @@ static int mroce_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
 {
 	struct mroce_qp *qp = to_mqp(ibqp);
 
+	if (qp->gsi) {
+		mroce_gsi_destroy_qp(qp);
+		mutex_destroy(&qp->lock);
+		return 0;
+	}
 	spin_lock(&qp->uctx->lock);
 	mroce_id_free(&qp->uctx->qp_ids, qp->index);
 	spin_unlock(&qp->uctx->lock);
 	mutex_destroy(&qp->lock);
-	return 0;
-}
-
-/* The data path is in user space: the core requires these ops, and kernel
- * consumers, the only callers, are refused above. */
-static int mroce_post_send(struct ib_qp *qp, const struct ib_send_wr *wr, const struct ib_send_wr **bad_wr)
-{
-	*bad_wr = wr;
-	return -EOPNOTSUPP;
-}
-
-static int mroce_post_recv(struct ib_qp *qp, const struct ib_recv_wr *wr, const struct ib_recv_wr **bad_wr)
-{
-	*bad_wr = wr;
-	return -EOPNOTSUPP;
-}
-
-static int mroce_poll_cq(struct ib_cq *cq, int num_entries, struct ib_wc *wc)
-{
-	return 0;
-}
-
-/*
- * For a user CQ this is the provider's doorbell: user space makes the
- * completions, and when one lands on a CQ the application armed, the
- * provider sends IB_USER_VERBS_CMD_REQ_NOTIFY_CQ so that uverbs' completion
- * handler signals the CQ's completion channel (the kernel's event file the
- * application waits on).
- */
-static int mroce_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags)
-{
-	if (!cq->uobject)
-		return -EOPNOTSUPP;
-	if (cq->comp_handler)
-		cq->comp_handler(cq, cq->cq_context);
 	return 0;
 }
 
@@ -295,10 +284,6 @@ const struct ib_device_ops mroce_verbs_ops = {
 	.modify_qp = mroce_modify_qp,
 	.query_qp = mroce_query_qp,
 	.destroy_qp = mroce_destroy_qp,
-	.post_send = mroce_post_send,
-	.post_recv = mroce_post_recv,
-	.poll_cq = mroce_poll_cq,
-	.req_notify_cq = mroce_req_notify_cq,
 	.get_dma_mr = mroce_get_dma_mr,
 	.reg_user_mr = mroce_reg_user_mr,
 	.dereg_mr = mroce_dereg_mr,

@@ -40,6 +40,12 @@
 #define METAROCE_QP_INDEX_MIN 1
 #define METAROCE_QP_INDEX_MAX 4095
 
+/* The UDP port of the kernel's GSI QP (QP1, connection-management MADs;
+ * metaroce.ko's module parameter gsi_port, docs/spec.md, "Kernel GSI traffic"): outside the
+ * home ports above and not RoCE v2's 4791, so that rxe and MetaRoCE can
+ * share a host. */
+#define METAROCE_GSI_PORT_DEFAULT 4788
+
 /* GID table entries per port of a kernel device (filled by the RDMA core
  * from the netdev's addresses; entry 0 is the link-local default GID). */
 #define METAROCE_GID_TABLE_LEN 32

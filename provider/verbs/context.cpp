@@ -370,8 +370,12 @@ void Context::on_completion(uint32_t cq) {
   auto it = cqs.find(cq);
   if (it == cqs.end()) return;
   Cq* c = it->second;
-  c->pushed.fetch_add(1, std::memory_order_release);
-  if ((c->event_fd >= 0 || c->kernel_channel) && c->armed.exchange(false, std::memory_order_acq_rel)) {
+  // seq_cst with req_notify_cq's store and the polls' loads: either this
+  // sees the arm or the application's poll after arming sees this completion
+  // (release/acquire alone lets both miss each other, and the application
+  // then waits for an event that never comes).
+  c->pushed.fetch_add(1, std::memory_order_seq_cst);
+  if ((c->event_fd >= 0 || c->kernel_channel) && c->armed.exchange(false, std::memory_order_seq_cst)) {
     if (c->kernel_channel) {
       // The kernel writes the event to its channel (see cq.cpp).
       (void)ibv_cmd_req_notify_cq(&c->ibv, 0);
@@ -499,7 +503,11 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
   // records, and for a kernel device a thread copies the kernel's events
   // from its event file into the pipe (see async_events.cpp).
   ::fcntl(fds[1], F_SETFL, O_NONBLOCK);
-  const int kernel_async_fd = alloc->vctx.context.async_fd;
+  int kernel_async_fd = alloc->vctx.context.async_fd;
+  // libibverbs' ioctl form of GET_CONTEXT makes no event file: libibverbs
+  // allocates one after alloc_context when async_fd is -1, which ours never
+  // is; without it the kernel's port events reach nobody.
+  if (dev->kernel && kernel_async_fd < 0) kernel_async_fd = kernel_alloc_async_fd(alloc->vctx.context.cmd_fd);
   alloc->vctx.context.async_fd = fds[0];
   impl->async_write_fd = fds[1];
   if (dev->kernel && kernel_async_fd >= 0)

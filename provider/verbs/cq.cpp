@@ -55,7 +55,7 @@ void to_wc(const transport::Completion& c, ibv_wc& wc) {
 bool refill(Cq* cq) {
   cq->batch.clear();
   cq->batch_next = 0;
-  if (cq->pushed.load(std::memory_order_acquire) == cq->polled.load(std::memory_order_relaxed)) return false;
+  if (cq->pushed.load(std::memory_order_seq_cst) == cq->polled.load(std::memory_order_relaxed)) return false;
   cq->batch.resize(kBatch);
   const size_t n = cq->ctx->engine([&](transport::Endpoint& e) {
     const size_t got = e.poll_cq(cq->id, std::span(cq->batch.data(), kBatch));
@@ -225,7 +225,7 @@ int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   // Completions an ibv_start_poll() batch took first.
   while (total < num_entries && cq->batch_next < cq->batch.size()) to_wc(cq->batch[cq->batch_next++], wc[total++]);
   if (total == num_entries) return total;
-  if (cq->pushed.load(std::memory_order_acquire) == cq->polled.load(std::memory_order_relaxed)) {
+  if (cq->pushed.load(std::memory_order_seq_cst) == cq->polled.load(std::memory_order_relaxed)) {
     // A busy-polling application would otherwise keep the CPU from the
     // progress thread that produces its completions (few cores, several
     // processes): give it way now and then.
@@ -252,7 +252,7 @@ int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
 
 int req_notify_cq(ibv_cq* ibcq, int /*solicited_only*/) {
   // Every completion counts as solicited: a superset of what verbs promises.
-  cq_of(ibcq)->armed.store(true, std::memory_order_release);
+  cq_of(ibcq)->armed.store(true, std::memory_order_seq_cst);  // see Context::on_completion
   return 0;
 }
 

@@ -7,6 +7,9 @@
 // kernel refuses (EBADF); the write form uses the context's own kernel
 // event file. The objects' later commands (modify, destroy) go through
 // libibverbs as usual, by handle.
+#include <rdma/ib_user_ioctl_cmds.h>
+#include <rdma/rdma_user_ioctl_cmds.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -35,6 +38,26 @@ int write_command(int fd, uint32_t command, Command& cmd, Response& resp) {
 }
 
 }  // namespace
+
+int kernel_alloc_async_fd(int cmd_fd) {
+  // UVERBS_METHOD_ASYNC_EVENT_ALLOC, as libibverbs' own (unexported)
+  // ibv_cmd_alloc_async_fd: one attribute, the new file's descriptor,
+  // which the kernel writes back into it.
+  ib_uverbs_ioctl_hdr hdr{};
+  ib_uverbs_attr fd{};
+  alignas(8) uint8_t cmd[sizeof hdr + sizeof fd];
+  hdr.length = sizeof cmd;
+  hdr.object_id = UVERBS_OBJECT_ASYNC_EVENT;
+  hdr.method_id = UVERBS_METHOD_ASYNC_EVENT_ALLOC;
+  hdr.num_attrs = 1;
+  fd.attr_id = UVERBS_ATTR_ASYNC_EVENT_ALLOC_FD_HANDLE;
+  fd.flags = UVERBS_ATTR_F_MANDATORY;
+  std::memcpy(cmd, &hdr, sizeof hdr);
+  std::memcpy(cmd + sizeof hdr, &fd, sizeof fd);
+  if (::ioctl(cmd_fd, RDMA_VERBS_IOCTL, cmd) != 0) return -errno;
+  std::memcpy(&fd, cmd + sizeof hdr, sizeof fd);
+  return static_cast<int>(fd.data_s64);
+}
 
 int kernel_create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_vector, ibv_cq& cq) {
   ib_uverbs_create_cq cmd{};

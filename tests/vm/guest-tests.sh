@@ -169,7 +169,9 @@ done
 res_count() {  # res_count DEV KIND: that device's count of KIND in `rdma resource`
   rdma resource show | grep -w "$1:" | tr ' ' '\n' | awk -v k="$2" 'prev == k { print; exit } { prev = $0 }'
 }
-has_qp() { [ "$(res_count "$1" qp)" -ge 1 ] 2>/dev/null; }
+# Every device also has the MAD layer's QP1 (type GSI), its CQ and its PD.
+user_qps() { rdma resource show qp link "$1/1" 2>/dev/null | grep -c 'type RC'; }
+has_qp() { [ "$(user_qps "$1")" -ge 1 ] 2>/dev/null; }
 # hold_qp NS DEV GID ADDR: a perftest pair on DEV (both ends in NS, the
 # client connecting to ADDR) in a timed run, so that QPs exist for a while
 # (perftest creates them only after its TCP exchange). Sets HOLDER (client)
@@ -185,10 +187,11 @@ hold_qp() {
   HOLDER=$!
   wait_until 60 has_qp "$dev"
 }
+base_cq=$(res_count mr1 cq) base_pd=$(res_count mr1 pd)
 if hold_qp ns1 mr1 "$GID_mr1" 10.0.0.2; then
-  pass "a running perftest holds a kernel QP on mr1 ($(res_count mr1 qp) qp, $(res_count mr1 cq) cq, $(res_count mr1 pd) pd, $(res_count mr1 ctx) ctx)"
+  pass "a running perftest holds a kernel QP on mr1 ($(user_qps mr1) user qp, $(res_count mr1 cq) cq, $(res_count mr1 pd) pd, $(res_count mr1 ctx) ctx)"
   rdma resource show qp link mr1 | sed 's/^/# /'
-  lqpn=$(rdma resource show qp link mr1 | awk '{ for (i = 1; i < NF; i++) if ($i == "lqpn") print $(i + 1) }' | head -n1)
+  lqpn=$(rdma resource show qp link mr1 | grep 'type RC' | awk '{ for (i = 1; i < NF; i++) if ($i == "lqpn") print $(i + 1) }' | head -n1)
   if [ -n "$lqpn" ] && [ "$lqpn" -ge 4097 ] && [ $((lqpn & 4095)) -ne 0 ]; then
     pass "kernel QP number $lqpn = slot $((lqpn >> 12)) << 12 | index $((lqpn & 4095))"
   else
@@ -198,7 +201,7 @@ else
   not_ok "a running perftest holds a kernel QP on mr1"; sed 's/^/#   /' /tmp/holder.mr1.log; rdma resource show | sed 's/^/#   /'
 fi
 kill -9 "$HOLDER" "$LISTENER" 2>/dev/null; wait "$HOLDER" "$LISTENER" 2>/dev/null
-released() { [ "$(res_count mr1 qp)" = 0 ] && [ "$(res_count mr1 cq)" = 0 ] && [ "$(res_count mr1 pd)" = 0 ] && [ "$(res_count mr1 ctx)" = 0 ]; }
+released() { [ "$(user_qps mr1)" = 0 ] && [ "$(res_count mr1 cq)" = "$base_cq" ] && [ "$(res_count mr1 pd)" = "$base_pd" ] && [ "$(res_count mr1 ctx)" = 0 ]; }
 expect "after kill -9 the kernel released its QP, CQ, PD and context" wait_until 30 released
 
 # --- the netdev goes away under an open context ---------------------------------

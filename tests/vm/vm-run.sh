@@ -83,9 +83,11 @@ else
   for link in build source; do
     [ ! -L "/lib/modules/$kver/$link" ] || cp -a "/lib/modules/$kver/$link" "$mods/"
   done
-  # ib_uverbs/ib_core: the RDMA core metaroce.ko needs; veth: the test's
-  # links; tcp_diag/udp_diag: ss; nf_tables: nft.
-  for m in ib_uverbs ib_core veth tcp_diag udp_diag nf_tables; do
+  # ib_uverbs/ib_core/udp_tunnel/ip6_udp_tunnel/libcrc32c (with crc32c_generic,
+  # its crc32c): what metaroce.ko needs
+  # (rdma_ucm: its soft dependency, for rdma_cm); veth: the test's links;
+  # tcp_diag/udp_diag: ss; nf_tables: nft.
+  for m in ib_uverbs ib_core udp_tunnel ip6_udp_tunnel libcrc32c crc32c_generic rdma_ucm veth tcp_diag udp_diag nf_tables; do
     modprobe -S "$kver" --show-depends "$m" | while read -r verb path _; do
       [ "$verb" = insmod ] || continue
       rel=${path#/lib/modules/"$kver"/}

@@ -40,7 +40,53 @@ bool test_bit(unsigned long nr, const unsigned long *map);
  * allocator's work with it. */
 extern unsigned long mock_find_calls;
 
+/* --- asm/unaligned.h, net/checksum.h --------------------------------------- */
+typedef uint16_t __sum16;
+
+static inline void put_unaligned_be16(u16 v, void *p)
+{
+	u8 *b = (u8 *)p;
+	b[0] = (u8)(v >> 8);
+	b[1] = (u8)v;
+}
+
+static inline void put_unaligned_be32(u32 v, void *p)
+{
+	u8 *b = (u8 *)p;
+	b[0] = (u8)(v >> 24);
+	b[1] = (u8)(v >> 16);
+	b[2] = (u8)(v >> 8);
+	b[3] = (u8)v;
+}
+
+static inline u16 get_unaligned_be16(const void *p)
+{
+	const u8 *b = (const u8 *)p;
+	return (u16)(b[0] << 8 | b[1]);
+}
+
+static inline u32 get_unaligned_be32(const void *p)
+{
+	const u8 *b = (const u8 *)p;
+	return (u32)b[0] << 24 | (u32)b[1] << 16 | (u32)b[2] << 8 | b[3];
+}
+
+/* The folded one's-complement sum of an IPv4 header of ihl 32-bit words,
+ * in the header's byte order (as the kernel's). */
+__sum16 ip_fast_csum(const void *iph, unsigned int ihl);
+
+/* --- linux/crc32c.h ----------------------------------------------------------- */
+/* As the kernel's: the CRC32C register after data, from crc; no final XOR. */
+u32 crc32c(u32 crc, const void *address, unsigned int length);
+
 /* --- rdma/ib_verbs.h --------------------------------------------------------- */
+enum rdma_network_type {
+	RDMA_NETWORK_IB,
+	RDMA_NETWORK_ROCE_V1,
+	RDMA_NETWORK_IPV4,
+	RDMA_NETWORK_IPV6
+};
+
 enum ib_qp_state {
 	IB_QPS_RESET,
 	IB_QPS_INIT,
