@@ -8,7 +8,7 @@ kdir=$1 src=$2 inc=$3 work=$4 out=$5
 rm -rf "$work"
 mkdir -p "$work/kmod" "$work/include/metaroce"
 cp "$src"/Kbuild "$src"/Makefile "$src"/*.c "$src"/*.h "$work/kmod/"
-cp "$inc"/metaroce/abi.h "$work/include/metaroce/"
+cp "$inc"/metaroce/abi.h "$inc"/metaroce/qp_rules.h "$work/include/metaroce/"
 make -s -C "$kdir" M="$work/kmod" modules >"$work/build.log" 2>&1 || { cat "$work/build.log" >&2; exit 1; }
 # Kbuild's warnings are not fatal by default; ours are.
 if grep -E 'warning:' "$work/build.log" | grep -v 'Skipping BTF' >&2; then exit 1; fi

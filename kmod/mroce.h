@@ -21,19 +21,6 @@
 /* GID table entries per port: the default (link-local) GID plus the
  * netdev's IPv4 and IPv6 addresses, filled by the RDMA core. */
 #define MROCE_GID_TABLE_LEN METAROCE_GID_TABLE_LEN
-#define MROCE_MAX_QP_WR 4096
-#define MROCE_MAX_SGE 8
-#define MROCE_MAX_CQE (1 << 20)
-#define MROCE_MAX_RD_ATOMIC 16
-#define MROCE_MAX_PD (1 << 16)
-#define MROCE_MAX_CQ (1 << 16)
-#define MROCE_MAX_MR (1 << 20)
-#define MROCE_MAX_INLINE 4096
-/* Shared receive queues and address handles live in the provider; these are
- * the limits it reports too. */
-#define MROCE_MAX_SRQ (1 << 12)
-#define MROCE_MAX_SRQ_WR (1 << 14)
-#define MROCE_MAX_AH (1 << 16)
 /* The GSI QP and kernel CQs (sized by the MAD layer: 128 sends, 512
  * receives, one CQ for both). */
 #define MROCE_GSI_MAX_WR 4096

@@ -25,6 +25,7 @@
 #endif
 
 #include <metaroce/abi.h>
+#include <metaroce/qp_rules.h>
 
 /* --- ids.c: next-fit allocator of small integer ids --------------------- */
 

@@ -23,27 +23,27 @@ static int mroce_query_device(struct ib_device *ib, struct ib_device_attr *attr,
 	attr->page_size_cap = 0xfffff000;
 	attr->vendor_id = 0xffffff;
 	attr->max_qp = METAROCE_QP_INDEX_MAX - METAROCE_QP_INDEX_MIN + 1;
-	attr->max_qp_wr = MROCE_MAX_QP_WR;
+	attr->max_qp_wr = METAROCE_MAX_QP_WR;
 	attr->device_cap_flags = IB_DEVICE_RC_RNR_NAK_GEN | IB_DEVICE_SYS_IMAGE_GUID | IB_DEVICE_PORT_ACTIVE_EVENT |
 				 IB_DEVICE_SRQ_RESIZE;
 	/* `rdma link del` may remove the device; kernel PDs (the MAD
 	 * layer's) have the local DMA lkey. */
 	attr->kernel_cap_flags = IBK_ALLOW_USER_UNREG | IBK_LOCAL_DMA_LKEY;
-	attr->max_send_sge = MROCE_MAX_SGE;
-	attr->max_recv_sge = MROCE_MAX_SGE;
-	attr->max_sge_rd = MROCE_MAX_SGE;
-	attr->max_cq = MROCE_MAX_CQ;
-	attr->max_cqe = MROCE_MAX_CQE;
-	attr->max_mr = MROCE_MAX_MR;
-	attr->max_pd = MROCE_MAX_PD;
-	attr->max_qp_rd_atom = MROCE_MAX_RD_ATOMIC;
-	attr->max_qp_init_rd_atom = MROCE_MAX_RD_ATOMIC;
-	attr->max_res_rd_atom = MROCE_MAX_RD_ATOMIC * attr->max_qp;
+	attr->max_send_sge = METAROCE_MAX_SGE;
+	attr->max_recv_sge = METAROCE_MAX_SGE;
+	attr->max_sge_rd = METAROCE_MAX_SGE;
+	attr->max_cq = METAROCE_MAX_CQ;
+	attr->max_cqe = METAROCE_MAX_CQE;
+	attr->max_mr = METAROCE_MAX_MR;
+	attr->max_pd = METAROCE_MAX_PD;
+	attr->max_qp_rd_atom = METAROCE_MAX_RD_ATOMIC;
+	attr->max_qp_init_rd_atom = METAROCE_MAX_RD_ATOMIC;
+	attr->max_res_rd_atom = METAROCE_MAX_RD_ATOMIC * attr->max_qp;
 	attr->atomic_cap = IB_ATOMIC_HCA;
-	attr->max_srq = MROCE_MAX_SRQ;
-	attr->max_srq_wr = MROCE_MAX_SRQ_WR;
-	attr->max_srq_sge = MROCE_MAX_SGE;
-	attr->max_ah = MROCE_MAX_AH;
+	attr->max_srq = METAROCE_MAX_SRQ;
+	attr->max_srq_wr = METAROCE_MAX_SRQ_WR;
+	attr->max_srq_sge = METAROCE_MAX_SGE;
+	attr->max_ah = METAROCE_MAX_AH;
 	attr->max_pkeys = 1;
 	attr->local_ca_ack_delay = 15;
 	return 0;

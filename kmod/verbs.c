@@ -110,7 +110,7 @@ static int mroce_create_cq(struct ib_cq *cq, const struct ib_cq_init_attr *attr,
 		return -EOPNOTSUPP;
 	if (!udata)
 		return mroce_kernel_create_cq(to_mcq(cq), attr);
-	if (attr->cqe < 1 || attr->cqe > MROCE_MAX_CQE)
+	if (attr->cqe < 1 || attr->cqe > METAROCE_MAX_CQE)
 		return -EINVAL;
 	cq->cqe = attr->cqe;
 	return mroce_udata_empty(udata);
@@ -144,9 +144,9 @@ static int mroce_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, str
 	if ((init->qp_type != IB_QPT_RC && init->qp_type != IB_QPT_UD) || init->srq || init->create_flags ||
 	    init->xrcd)
 		return -EOPNOTSUPP;
-	if (cap->max_send_wr > MROCE_MAX_QP_WR || cap->max_recv_wr > MROCE_MAX_QP_WR ||
-	    cap->max_send_sge > MROCE_MAX_SGE || cap->max_recv_sge > MROCE_MAX_SGE ||
-	    cap->max_inline_data > MROCE_MAX_INLINE)
+	if (cap->max_send_wr > METAROCE_MAX_QP_WR || cap->max_recv_wr > METAROCE_MAX_QP_WR ||
+	    cap->max_send_sge > METAROCE_MAX_SGE || cap->max_recv_sge > METAROCE_MAX_SGE ||
+	    cap->max_inline_data > METAROCE_MAX_INLINE_DATA)
 		return -EINVAL;
 	err = mroce_udata_empty(udata);
 	if (err)

@@ -25,28 +25,31 @@
 #include <vector>
 
 #include "ibverbs_private.h"
+#include "metaroce/abi.h"
 #include "metaroce/metaroce_dv.h"
+#include "metaroce/qp_rules.h"
 #include "runtime.h"
 
 namespace metaroce::verbs {
 
 // --- limits reported by ibv_query_device / enforced at create time -----------
-inline constexpr uint32_t kHomePortBase = 4792;
+// (the device's own, shared with metaroce.ko, are in metaroce/qp_rules.h)
+inline constexpr uint32_t kHomePortBase = METAROCE_HOME_PORT_BASE;
 inline constexpr uint32_t kHomePortCount = 4096;
-inline constexpr uint32_t kQpIndexBits = 12;
+inline constexpr uint32_t kQpIndexBits = METAROCE_QPN_INDEX_BITS;
 inline constexpr uint32_t kMaxQpsPerContext = (1u << kQpIndexBits) - 1;  // index 1..4095
-inline constexpr uint32_t kMaxQpWr = 4096;
-inline constexpr uint32_t kMaxSge = 8;
-inline constexpr uint32_t kMaxInlineData = 4096;
-inline constexpr uint32_t kMaxCqe = 1u << 20;
-inline constexpr uint32_t kMaxRdAtomic = 16;
+inline constexpr uint32_t kMaxQpWr = METAROCE_MAX_QP_WR;
+inline constexpr uint32_t kMaxSge = METAROCE_MAX_SGE;
+inline constexpr uint32_t kMaxInlineData = METAROCE_MAX_INLINE_DATA;
+inline constexpr uint32_t kMaxCqe = METAROCE_MAX_CQE;
+inline constexpr uint32_t kMaxRdAtomic = METAROCE_MAX_RD_ATOMIC;
 inline constexpr uint32_t kMaxMsgSize = 1u << 31;
-inline constexpr uint32_t kMaxPd = 1u << 16;
-inline constexpr uint32_t kMaxMr = 1u << 20;
-inline constexpr uint32_t kMaxCq = 1u << 16;
-inline constexpr uint32_t kMaxSrq = 1u << 12;
-inline constexpr uint32_t kMaxSrqWr = 1u << 14;
-inline constexpr uint32_t kMaxAh = 1u << 16;
+inline constexpr uint32_t kMaxPd = METAROCE_MAX_PD;
+inline constexpr uint32_t kMaxMr = METAROCE_MAX_MR;
+inline constexpr uint32_t kMaxCq = METAROCE_MAX_CQ;
+inline constexpr uint32_t kMaxSrq = METAROCE_MAX_SRQ;
+inline constexpr uint32_t kMaxSrqWr = METAROCE_MAX_SRQ_WR;
+inline constexpr uint32_t kMaxAh = METAROCE_MAX_AH;
 inline constexpr uint32_t kUdQkeyDefault = 0;
 
 // The QP number a context gives its index-th QP, and the inverse used to find

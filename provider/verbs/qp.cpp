@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 //
-// RC and UD queue pairs: creation (with an SRQ or not), the verbs state
-// machine of ibv_modify_qp (with the attribute masks the IB spec requires
-// for each transition of each QP type, as the kernel checks them),
+// RC and UD queue pairs: creation (with an SRQ or not), ibv_modify_qp (on
+// the state machine of qp_rules.h, which the kernel checks too),
 // ibv_query_qp and destruction.
 //
 // The remote end of an RC QP is (IP of ah_attr.grh.dgid, UDP port 4792 +
@@ -14,6 +13,7 @@
 #include <cstring>
 
 #include "provider.h"
+#include "qp_rules.h"
 
 namespace metaroce::verbs {
 namespace {
@@ -45,72 +45,6 @@ transport::Time rnr_timer_ns(uint8_t code) {
       480,    640,   960,   1280,  1920,  2560,  3840,  5120,  7680,  10240, 15360,
       20480,  30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520};
   return static_cast<transport::Time>(kMicros[code & 31]) * 1000;
-}
-
-// Required and optional attributes of each transition (IB spec 11.2.4.2,
-// as the kernel's qp_state_table lists them).
-struct Transition {
-  bool valid = false;
-  int required = 0;
-  int optional = 0;
-};
-
-Transition ud_transition(ibv_qp_state from, ibv_qp_state to) {
-  constexpr int kAny = IBV_QP_CUR_STATE;
-  switch (from) {
-    case IBV_QPS_RESET:
-      if (to == IBV_QPS_INIT) return {true, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY, kAny};
-      return {};
-    case IBV_QPS_INIT:
-      if (to == IBV_QPS_INIT) return {true, 0, kAny | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY};
-      if (to == IBV_QPS_RTR) return {true, 0, kAny | IBV_QP_PKEY_INDEX | IBV_QP_QKEY};
-      return {};
-    case IBV_QPS_RTR:
-      if (to == IBV_QPS_RTS) return {true, IBV_QP_SQ_PSN, kAny | IBV_QP_QKEY};
-      return {};
-    case IBV_QPS_RTS:
-      if (to == IBV_QPS_RTS) return {true, 0, kAny | IBV_QP_QKEY};
-      return {};
-    default: return {};
-  }
-}
-
-Transition transition(ibv_qp_type type, ibv_qp_state from, ibv_qp_state to) {
-  constexpr int kAny = IBV_QP_CUR_STATE;
-  if (to == IBV_QPS_RESET || to == IBV_QPS_ERR) {
-    if (from > IBV_QPS_ERR) return {};
-    return {true, 0, kAny};
-  }
-  if (type == IBV_QPT_UD) return ud_transition(from, to);
-  switch (from) {
-    case IBV_QPS_RESET:
-      if (to == IBV_QPS_INIT) return {true, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, kAny};
-      return {};
-    case IBV_QPS_INIT:
-      if (to == IBV_QPS_INIT)
-        return {true, 0, kAny | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS};
-      if (to == IBV_QPS_RTR)
-        return {true,
-                IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                    IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
-                kAny | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX};
-      return {};
-    case IBV_QPS_RTR:
-      if (to == IBV_QPS_RTS)
-        return {true,
-                IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                    IBV_QP_MAX_QP_RD_ATOMIC,
-                kAny | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER |
-                    IBV_QP_PATH_MIG_STATE};
-      return {};
-    case IBV_QPS_RTS:
-      if (to == IBV_QPS_RTS)
-        return {true, 0,
-                kAny | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE |
-                    IBV_QP_MIN_RNR_TIMER};
-      return {};  // SQD is not supported
-    default: return {};
-  }
 }
 
 ibv_qp_state from_engine(transport::QpState s) {
@@ -150,28 +84,13 @@ bool peer_address(const Context& ctx, const ibv_ah_attr& ah, uint32_t dest_qpn, 
   return true;
 }
 
-int check_values(const Context& ctx, const ibv_qp_attr& a, int mask) {
-  constexpr unsigned kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                               IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND;
-  if ((mask & IBV_QP_PORT) && a.port_num != 1) return EINVAL;
-  if ((mask & IBV_QP_PKEY_INDEX) && a.pkey_index != 0) return EINVAL;
-  if ((mask & IBV_QP_ACCESS_FLAGS) && (a.qp_access_flags & ~kAccess)) return EINVAL;
-  if ((mask & IBV_QP_PATH_MTU) && (a.path_mtu < IBV_MTU_256 || a.path_mtu > IBV_MTU_4096)) return EINVAL;
-  if (mask & IBV_QP_AV) {
-    if (a.ah_attr.port_num > 1) return EINVAL;
-    // Kernel devices have the kernel's GID table, which checks the index.
-    if (a.ah_attr.is_global && a.ah_attr.grh.sgid_index != 0 && !ctx.device->kernel) return EINVAL;
-  }
-  if ((mask & IBV_QP_DEST_QPN) && (a.dest_qp_num > 0xffffff || (a.dest_qp_num & 0xfff) == 0))
-    return EINVAL;
-  if ((mask & IBV_QP_RQ_PSN) && a.rq_psn > 0xffffff) return EINVAL;
-  if ((mask & IBV_QP_SQ_PSN) && a.sq_psn > 0xffffff) return EINVAL;
-  if ((mask & IBV_QP_TIMEOUT) && a.timeout > 31) return EINVAL;
-  if ((mask & IBV_QP_RETRY_CNT) && a.retry_cnt > 7) return EINVAL;
-  if ((mask & IBV_QP_RNR_RETRY) && a.rnr_retry > 7) return EINVAL;
-  if ((mask & IBV_QP_MIN_RNR_TIMER) && a.min_rnr_timer > 31) return EINVAL;
-  if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a.max_rd_atomic > kMaxRdAtomic) return EINVAL;
-  if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a.max_dest_rd_atomic > kMaxRdAtomic) return EINVAL;
+// What the shared rules (qp_rules.h) leave to the provider: the address
+// vector's port and source GID.
+int check_address_vector(const Context& ctx, const ibv_qp_attr& a, int mask) {
+  if (!(mask & IBV_QP_AV)) return 0;
+  if (a.ah_attr.port_num > 1) return EINVAL;
+  // Kernel devices have the kernel's GID table, which checks the index.
+  if (a.ah_attr.is_global && a.ah_attr.grh.sgid_index != 0 && !ctx.device->kernel) return EINVAL;
   return 0;
 }
 
@@ -393,14 +312,9 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
       ctx->engine([&](transport::Endpoint& e) { return e.qp_state(qp->qpn); });
   if (!engine_state) return EINVAL;
   const ibv_qp_state cur = from_engine(*engine_state);
-  if ((mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != cur) return EINVAL;
-  const ibv_qp_state next = (mask & IBV_QP_STATE) ? attr->qp_state : cur;
-  const Transition t = transition(qp->type, cur, next);
-  const int given = mask & ~(IBV_QP_STATE | IBV_QP_CUR_STATE);
-  if (!t.valid) return EINVAL;
-  if ((given & t.required) != t.required) return EINVAL;
-  if (given & ~(t.required | t.optional)) return EINVAL;
-  if (const int err = check_values(*ctx, *attr, mask)) return err;
+  ibv_qp_state next = cur;
+  if (const int err = qp_modify_check(qp->type, cur, *attr, mask, next)) return err;
+  if (const int err = check_address_vector(*ctx, *attr, mask)) return err;
   if (ctx->device->kernel) {
     // The kernel keeps the state of record and has the last word (it also
     // checks the source GID index and resolves the peer).

@@ -7,30 +7,15 @@
 #include <infiniband/verbs.h>
 
 #include <cstring>
+#include <iterator>
 #include <set>
 
 extern "C" {
 #include "mroce_logic.h"
 }
+#include "qp_rules.h"  // the provider's side (provider/verbs/qp_rules.h)
 
 namespace {
-
-// Two enum types compared on purpose.
-#pragma GCC diagnostic ignored "-Wenum-compare"
-// The mock's enums must be the kernel's; libibverbs carries the same uapi
-// values, so pin one against the other.
-static_assert(IB_QP_STATE == IBV_QP_STATE && IB_QP_CUR_STATE == IBV_QP_CUR_STATE &&
-              IB_QP_ACCESS_FLAGS == IBV_QP_ACCESS_FLAGS && IB_QP_PKEY_INDEX == IBV_QP_PKEY_INDEX &&
-              IB_QP_PORT == IBV_QP_PORT && IB_QP_AV == IBV_QP_AV && IB_QP_PATH_MTU == IBV_QP_PATH_MTU &&
-              IB_QP_TIMEOUT == IBV_QP_TIMEOUT && IB_QP_RETRY_CNT == IBV_QP_RETRY_CNT &&
-              IB_QP_RNR_RETRY == IBV_QP_RNR_RETRY && IB_QP_RQ_PSN == IBV_QP_RQ_PSN &&
-              IB_QP_MAX_QP_RD_ATOMIC == IBV_QP_MAX_QP_RD_ATOMIC && IB_QP_ALT_PATH == IBV_QP_ALT_PATH &&
-              IB_QP_MIN_RNR_TIMER == IBV_QP_MIN_RNR_TIMER && IB_QP_SQ_PSN == IBV_QP_SQ_PSN &&
-              IB_QP_MAX_DEST_RD_ATOMIC == IBV_QP_MAX_DEST_RD_ATOMIC &&
-              IB_QP_PATH_MIG_STATE == IBV_QP_PATH_MIG_STATE && IB_QP_DEST_QPN == IBV_QP_DEST_QPN);
-static_assert(static_cast<int>(IB_QPS_ERR) == static_cast<int>(IBV_QPS_ERR) &&
-              static_cast<int>(IB_QPS_RTS) == static_cast<int>(IBV_QPS_RTS));
-static_assert(static_cast<int>(IB_MTU_4096) == static_cast<int>(IBV_MTU_4096));
 
 // The ABI structs are pinned: both sides read them by these sizes.
 static_assert(sizeof(metaroce_alloc_ucontext_req) == 8);
@@ -235,6 +220,8 @@ TEST(KmodQpState, ChecksAttributeValues) {
       {"timeout 32", [](ib_qp_attr& a) { a.timeout = 32; }, kToRts, IB_QPS_RTR, IB_QPS_RTS},
       {"retry_cnt 8", [](ib_qp_attr& a) { a.retry_cnt = 8; }, kToRts, IB_QPS_RTR, IB_QPS_RTS},
       {"rnr_retry 8", [](ib_qp_attr& a) { a.rnr_retry = 8; }, kToRts, IB_QPS_RTR, IB_QPS_RTS},
+      {"max_rd_atomic 17", [](ib_qp_attr& a) { a.max_rd_atomic = 17; }, kToRts, IB_QPS_RTR, IB_QPS_RTS},
+      {"max_dest_rd_atomic 17", [](ib_qp_attr& a) { a.max_dest_rd_atomic = 17; }, kToRtr, IB_QPS_INIT, IB_QPS_RTR},
   };
   for (const Case& c : cases) {
     ib_qp_attr a = good_attr(c.to);
@@ -243,6 +230,96 @@ TEST(KmodQpState, ChecksAttributeValues) {
     c.spoil(a);
     EXPECT_EQ(mroce_qp_modify_check(IB_QPT_RC, c.from, &a, c.mask, &s), -EINVAL) << c.what;
   }
+}
+
+// The provider's check and the kernel's agree on every pair of states, for
+// both QP types, with the masks around each transition's own (nothing, its
+// required attributes, required + optional, and each of those with one
+// attribute bit flipped), with good values and with each value spoiled.
+ibv_qp_attr as_verbs(const ib_qp_attr& k) {
+  ibv_qp_attr v{};
+  v.qp_state = static_cast<ibv_qp_state>(k.qp_state);
+  v.cur_qp_state = static_cast<ibv_qp_state>(k.cur_qp_state);
+  v.path_mtu = static_cast<ibv_mtu>(k.path_mtu);
+  v.qkey = k.qkey;
+  v.rq_psn = k.rq_psn;
+  v.sq_psn = k.sq_psn;
+  v.dest_qp_num = k.dest_qp_num;
+  v.qp_access_flags = static_cast<unsigned>(k.qp_access_flags);
+  v.pkey_index = k.pkey_index;
+  v.max_rd_atomic = k.max_rd_atomic;
+  v.max_dest_rd_atomic = k.max_dest_rd_atomic;
+  v.min_rnr_timer = k.min_rnr_timer;
+  v.port_num = static_cast<uint8_t>(k.port_num);
+  v.timeout = k.timeout;
+  v.retry_cnt = k.retry_cnt;
+  v.rnr_retry = k.rnr_retry;
+  return v;
+}
+
+TEST(KmodQpState, AgreesWithTheProviderOnEveryStatePairAndMask) {
+  constexpr int kAttributeBits = 21;  // IB_QP_STATE .. IB_QP_DEST_QPN
+  void (*const spoilers[])(ib_qp_attr&) = {
+      [](ib_qp_attr&) {},
+      [](ib_qp_attr& a) { a.port_num = 2; },
+      [](ib_qp_attr& a) { a.pkey_index = 1; },
+      [](ib_qp_attr& a) { a.qp_access_flags = 1 << 10; },
+      [](ib_qp_attr& a) { a.path_mtu = static_cast<ib_mtu>(6); },
+      [](ib_qp_attr& a) { a.dest_qp_num = 5u << 12; },
+      [](ib_qp_attr& a) { a.rq_psn = 1u << 24; },
+      [](ib_qp_attr& a) { a.sq_psn = 1u << 24; },
+      [](ib_qp_attr& a) { a.timeout = 32; },
+      [](ib_qp_attr& a) { a.retry_cnt = 8; },
+      [](ib_qp_attr& a) { a.rnr_retry = 8; },
+      [](ib_qp_attr& a) { a.min_rnr_timer = 32; },
+      [](ib_qp_attr& a) { a.max_rd_atomic = 17; },
+      [](ib_qp_attr& a) { a.max_dest_rd_atomic = 17; },
+  };
+  size_t accepted = 0, refused = 0;
+  for (const bool ud : {false, true}) {
+    const metaroce_qp_transition* table = ud ? metaroce_ud_transitions : metaroce_rc_transitions;
+    const size_t rows = ud ? std::size(metaroce_ud_transitions) : std::size(metaroce_rc_transitions);
+    for (int from = IB_QPS_RESET; from <= IB_QPS_ERR; ++from) {
+      for (int to = IB_QPS_RESET; to <= IB_QPS_ERR; ++to) {
+        std::set<int> masks = {0};
+        for (size_t i = 0; i < rows; ++i) {
+          if (table[i].from != from || table[i].to != to) continue;
+          for (const int base : {table[i].required, table[i].required | table[i].optional}) {
+            masks.insert(base);
+            for (int bit = 0; bit < kAttributeBits; ++bit) masks.insert(base ^ (1 << bit));
+          }
+        }
+        for (int base : std::set<int>(masks)) masks.insert(base | IB_QP_STATE | IB_QP_CUR_STATE);
+        for (const int attrs : masks) {
+          const int mask = attrs | IB_QP_STATE;
+          for (auto spoil : spoilers) {
+            ib_qp_attr k = good_attr(static_cast<ib_qp_state>(to));
+            k.cur_qp_state = static_cast<ib_qp_state>(from);
+            spoil(k);
+            ib_qp_state kernel_next = IB_QPS_RESET;
+            const int kernel = mroce_qp_modify_check(ud ? IB_QPT_UD : IB_QPT_RC, static_cast<ib_qp_state>(from),
+                                                     &k, mask, &kernel_next);
+            const ibv_qp_attr v = as_verbs(k);
+            ibv_qp_state provider_next = IBV_QPS_RESET;
+            const int provider = metaroce::verbs::qp_modify_check(ud ? IBV_QPT_UD : IBV_QPT_RC,
+                                                                  static_cast<ibv_qp_state>(from), v, mask,
+                                                                  provider_next);
+            ASSERT_EQ(kernel, -provider) << (ud ? "UD " : "RC ") << from << " -> " << to << " mask 0x" << std::hex
+                                         << mask;
+            if (kernel == 0) {
+              ASSERT_EQ(static_cast<int>(kernel_next), static_cast<int>(provider_next));
+              ++accepted;
+            } else {
+              ++refused;
+            }
+          }
+        }
+      }
+    }
+  }
+  // Every row of both tables was reached with its own mask and good values.
+  EXPECT_GE(accepted, std::size(metaroce_rc_transitions) + std::size(metaroce_ud_transitions));
+  EXPECT_GT(refused, accepted);
 }
 
 // --- abi.c --------------------------------------------------------------------------
