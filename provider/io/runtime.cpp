@@ -44,6 +44,7 @@
 #include "io_backend.h"
 #include "metaroce/wire.h"
 #include "peer_table.h"
+#include "metaroce/splitmix64.h"
 #include "ud_queue_pair.h"
 #include "udp_socket.h"
 
@@ -65,21 +66,6 @@ void log_fallback_once(const std::string& reason) {
     std::fprintf(stderr, "metaroce: io_uring unavailable (%s); using sendmmsg/recvmmsg\n", reason.c_str());
   });
 }
-
-// splitmix64: the test drop decisions, reproducible from the seed.
-class DropRng {
- public:
-  explicit DropRng(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-
- private:
-  uint64_t state_;
-};
 
 uint64_t drop_threshold(double probability) {
   if (!(probability > 0)) return 0;
@@ -189,7 +175,7 @@ class RuntimeImpl final : public Runtime {
 
   // Progress thread state.
   PeerTable::View view_;
-  DropRng rng_;
+  SplitMix64 rng_;  // the test drop decisions, reproducible from the seed
   const uint64_t drop_threshold_;
   Counters counters_;
   Shared shared_;

@@ -8,29 +8,23 @@
 #include "metaroce/wire.h"
 #include "queue_pair.h"
 #include "shared_receive_queue.h"
+#include "metaroce/splitmix64.h"
 #include "ud_queue_pair.h"
 
 namespace metaroce::transport {
 
 namespace {
 
-uint64_t mix(uint64_t x) {  // splitmix64's finaliser
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 uint64_t seed_of(const EndpointConfig& config) {
   if (config.random_seed != 0) return config.random_seed;
-  return mix((uint64_t{config.home_port} << 32) ^ config.qpn_base);
+  return splitmix64_mix((uint64_t{config.home_port} << 32) ^ config.qpn_base);
 }
 
 uint32_t epoch_of(const EndpointConfig& config) {
   if (config.epoch != 0) return config.epoch;
   uint64_t x = seed_of(config);
   uint32_t epoch = 0;
-  while (epoch == 0) epoch = static_cast<uint32_t>(x = mix(x));
+  while (epoch == 0) epoch = static_cast<uint32_t>(x = splitmix64_mix(x));
   return epoch;
 }
 
@@ -42,7 +36,7 @@ struct Endpoint::CompletionQueue {
 };
 
 Endpoint::Endpoint(const EndpointConfig& config)
-    : config_(config), epoch_(epoch_of(config)), memory_(mix(seed_of(config) ^ 0x6b657973)) {
+    : config_(config), epoch_(epoch_of(config)), memory_(splitmix64_mix(seed_of(config) ^ 0x6b657973)) {
   config_.mtu = std::clamp<uint32_t>(config_.mtu, 256, 65536 - 128);
   if (config_.profile == Profile::RoCEv2) config_.paths = 1;
   config_.paths = std::clamp<uint16_t>(config_.paths, 1, wire::kMaxPaths);

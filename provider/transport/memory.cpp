@@ -26,12 +26,7 @@ bool range_inside(const MemoryRegion& mr, uint64_t addr, uint64_t length) {
 
 }  // namespace
 
-uint32_t MemoryRegistry::next_random() {
-  uint64_t z = (rng_ += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return static_cast<uint32_t>(z ^ (z >> 31));
-}
+uint32_t MemoryRegistry::next_random() { return static_cast<uint32_t>(rng_.next()); }
 
 std::optional<uint32_t> MemoryRegistry::register_region(uint32_t pd, uint64_t addr, uint64_t length,
                                                         uint32_t access) {

@@ -10,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include "metaroce/splitmix64.h"
 #include "types.h"
 
 namespace metaroce::transport {
@@ -64,7 +65,7 @@ class MemoryRegistry {
   std::vector<Slot> slots_;
   std::deque<uint32_t> free_;  // oldest first
   size_t live_ = 0;
-  uint64_t rng_;
+  SplitMix64 rng_;
 };
 
 // Copies between a scatter/gather list and a flat byte range, `offset` bytes

@@ -34,6 +34,7 @@
 #include <gtest/gtest.h>
 
 #include "metaroce/wire.h"
+#include "metaroce/splitmix64.h"
 #include "runtime.h"
 
 namespace metaroce::io {
@@ -72,13 +73,9 @@ std::unique_ptr<Runtime> make_runtime(const RuntimeOptions& options) {
 }
 
 void fill_pattern(std::vector<uint8_t>& buffer, uint64_t seed) {
-  uint64_t x = seed;
+  SplitMix64 words(seed);
   for (size_t i = 0; i + 8 <= buffer.size(); i += 8) {
-    x += 0x9e3779b97f4a7c15ULL;
-    uint64_t z = x;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
+    const uint64_t z = words.next();
     std::memcpy(buffer.data() + i, &z, 8);
   }
 }

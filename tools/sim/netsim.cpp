@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "metaroce/splitmix64.h"
+
 namespace metaroce::sim {
 
 namespace {
@@ -16,17 +18,9 @@ constexpr uint64_t kPsPerSecond = 1'000'000'000'000;
 // One byte is 8 bits; (ps * bit/s) / kPsBitsPerByte = bytes.
 constexpr uint64_t kPsBitsPerByte = 8 * kPsPerSecond;
 
-// SplitMix64 finalizer: a bijective 64-bit mixer with good avalanche.
-constexpr uint64_t mix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 uint64_t flow_hash(uint64_t node_seed, const Datagram& d) {
-  uint64_t h = mix64(node_seed ^ ((uint64_t{d.src} << 32) | d.dst));
-  h = mix64(h ^ ((uint64_t{d.src_port} << 16) | d.dst_port));
+  uint64_t h = splitmix64_mix(node_seed ^ ((uint64_t{d.src} << 32) | d.dst));
+  h = splitmix64_mix(h ^ ((uint64_t{d.src_port} << 16) | d.dst_port));
   return h;
 }
 
@@ -64,7 +58,7 @@ NodeId Simulator::add_host(Host& host) {
   const auto id = static_cast<NodeId>(nodes_.size());
   Node n;
   n.host = &host;
-  n.hash_seed = mix64(seed_ ^ mix64(0x5851f42d4c957f2dULL * (uint64_t{id} + 1)));
+  n.hash_seed = splitmix64_mix(seed_ ^ splitmix64_mix(0x5851f42d4c957f2dULL * (uint64_t{id} + 1)));
   nodes_.push_back(std::move(n));
   wake(id);
   return id;
@@ -73,7 +67,7 @@ NodeId Simulator::add_host(Host& host) {
 NodeId Simulator::add_switch() {
   const auto id = static_cast<NodeId>(nodes_.size());
   Node n;
-  n.hash_seed = mix64(seed_ ^ mix64(0x5851f42d4c957f2dULL * (uint64_t{id} + 1)));
+  n.hash_seed = splitmix64_mix(seed_ ^ splitmix64_mix(0x5851f42d4c957f2dULL * (uint64_t{id} + 1)));
   nodes_.push_back(std::move(n));
   return id;
 }

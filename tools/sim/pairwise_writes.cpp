@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "collective_workload.h"
+#include "metaroce/splitmix64.h"
 
 namespace metaroce::sim {
 
@@ -23,13 +24,6 @@ using transport::WcStatus;
 using transport::WrOpcode;
 
 constexpr uint32_t kPd = 1;
-
-uint64_t mix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 uintptr_t addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
@@ -90,7 +84,7 @@ PairwiseWrites::PairwiseWrites(Cluster& cluster, const CollectiveSpec& spec)
     Rank& rank = ranks_[r];
     rank.send.resize(send_bytes[r]);
     for (uint64_t i = 0; i + 8 <= rank.send.size(); i += 8) {
-      const uint64_t word = mix64((uint64_t{r} << 40) ^ i);
+      const uint64_t word = splitmix64_mix((uint64_t{r} << 40) ^ i);
       std::memcpy(rank.send.data() + i, &word, 8);
     }
     rank.recv.assign(recv_bytes[r], 0);
