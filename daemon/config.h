@@ -17,8 +17,8 @@
 namespace metaroce::daemon {
 
 struct PortsConfig {
-  uint16_t home_first = 4792;  // provider home ports; QP numbers encode (home - 4792)
-  uint16_t home_count = 4096;
+  uint16_t home_first = wire::kHomePortBase;  // provider home ports; QP numbers encode (home - base)
+  uint16_t home_count = wire::kHomePortCount;
   uint16_t source_first = 20000;  // source-port pool, outside the kernel's ephemeral range
   uint16_t source_count = 12288;
   uint16_t block_size = 64;       // ports per lease; a context uses `paths` of them

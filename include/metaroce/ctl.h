@@ -46,6 +46,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "metaroce/wire.h"
+
 namespace metaroce::ctl {
 
 inline constexpr int kVersion = 1;
@@ -54,7 +56,8 @@ inline constexpr int kVersion = 1;
 inline constexpr size_t kMaxMessageBytes = 128 * 1024;
 inline constexpr const char* kDefaultSocket = "/run/metaroce/metaroced.sock";
 inline constexpr const char* kSocketEnv = "METAROCE_DAEMON_SOCKET";
-inline constexpr uint16_t kMaxPaths = 64;
+// A lease names at most one source port per path of a connection.
+inline constexpr uint16_t kMaxPaths = wire::kMaxPaths;
 
 enum class Type {
   Lease,

@@ -24,6 +24,13 @@ namespace metaroce::wire {
 
 inline constexpr uint8_t kVersion = 2;
 
+// Home ports: a context's QP numbers are (slot << kQpnIndexBits) | index, and
+// its home port is kHomePortBase + slot, so a peer finds the home port from
+// a QP number alone (abi.h numbers kernel devices' QPs by the same rule).
+inline constexpr uint16_t kHomePortBase = 4792;
+inline constexpr uint16_t kHomePortCount = 4096;
+inline constexpr unsigned kQpnIndexBits = 12;
+
 // Paths a connection may use; path ids are 0..kMaxPaths-1.
 inline constexpr uint16_t kMaxPaths = 64;
 // An ACK carries at most this many per-path blocks and per-stream entries, so

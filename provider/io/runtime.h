@@ -36,8 +36,8 @@ struct RuntimeOptions {
   std::string local_address = "127.0.0.1";
   // Home port; 0 = the first free port in [home_port_first, home_port_first + home_port_count).
   uint16_t home_port = 0;
-  uint16_t home_port_first = 4792;
-  uint16_t home_port_count = 4096;
+  uint16_t home_port_first = wire::kHomePortBase;
+  uint16_t home_port_count = wire::kHomePortCount;
   // Paths (source ports). Each path socket binds an ephemeral port chosen by
   // the kernel, so concurrent processes never collide.
   transport::EndpointConfig endpoint;  // endpoint.paths, mtu, timers; home_port is filled in

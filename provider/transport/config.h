@@ -22,7 +22,7 @@ struct CongestionConfig {
 
 struct EndpointConfig {
   Profile profile = Profile::MetaRoCE;
-  uint16_t home_port = 4792;           // written in every datagram's common header
+  uint16_t home_port = wire::kHomePortBase;  // written in every datagram's common header
   // QP numbers are qpn_base, qpn_base + 1, ... up to max_qps of them. The
   // verbs layer encodes its home port in qpn_base so that a peer can derive
   // the port from the QP number it is given.

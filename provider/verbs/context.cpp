@@ -280,7 +280,8 @@ std::unique_ptr<io::Runtime> start_with_daemon(const Device& device, const Optio
                                                      o.traffic_class, o.home_port, why);
     if (!lease) break;
     if (lease->home_port < kHomePortBase || lease->home_port >= kHomePortBase + kHomePortCount) {
-      why = "leased home port " + std::to_string(lease->home_port) + " is outside [4792, 8888)";
+      why = "leased home port " + std::to_string(lease->home_port) + " is outside [" + std::to_string(kHomePortBase) + ", " +
+            std::to_string(kHomePortBase + kHomePortCount) + ")";
       break;
     }
     ro.home_port = lease->home_port;

@@ -28,15 +28,18 @@
 #include "metaroce/abi.h"
 #include "metaroce/metaroce_dv.h"
 #include "metaroce/qp_rules.h"
+#include "metaroce/wire.h"
 #include "runtime.h"
 
 namespace metaroce::verbs {
 
 // --- limits reported by ibv_query_device / enforced at create time -----------
 // (the device's own, shared with metaroce.ko, are in metaroce/qp_rules.h)
-inline constexpr uint32_t kHomePortBase = METAROCE_HOME_PORT_BASE;
-inline constexpr uint32_t kHomePortCount = 4096;
-inline constexpr uint32_t kQpIndexBits = METAROCE_QPN_INDEX_BITS;
+inline constexpr uint32_t kHomePortBase = wire::kHomePortBase;
+inline constexpr uint32_t kHomePortCount = wire::kHomePortCount;
+inline constexpr uint32_t kQpIndexBits = wire::kQpnIndexBits;
+static_assert(kHomePortBase == METAROCE_HOME_PORT_BASE && kQpIndexBits == METAROCE_QPN_INDEX_BITS &&
+              kHomePortCount == METAROCE_SLOT_MAX + 1);
 inline constexpr uint32_t kMaxQpsPerContext = (1u << kQpIndexBits) - 1;  // index 1..4095
 inline constexpr uint32_t kMaxQpWr = METAROCE_MAX_QP_WR;
 inline constexpr uint32_t kMaxSge = METAROCE_MAX_SGE;
