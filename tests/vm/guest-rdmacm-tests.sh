@@ -50,7 +50,7 @@ gsi_qp() { rdma resource show qp link "$1/1" 2>/dev/null | grep -q 'lqpn 1 .*typ
 expect "the MAD layer created QP1 on mr0 (rdma resource: lqpn 1, type GSI)" gsi_qp mr0
 rdma resource show qp link mr0/1 | sed 's/^/# /'
 expect "port capabilities: CM supported (sysfs cap_mask)" sh -c "[ \$(( \$(cat /sys/class/infiniband/mr0/ports/1/cap_mask) & 0x10000 )) -ne 0 ]"
-for d in "mr0 10.0.0.1" "mr1 10.0.0.2" "rxe0 10.0.1.1"; do set -- "$d"; wait_until 20 gid_index "$1" "$2"; done
+for d in "mr0 10.0.0.1" "mr1 10.0.0.2" "rxe0 10.0.1.1"; do wait_until 20 gid_index "${d% *}" "${d#* }"; done
 
 # --- programs ------------------------------------------------------------------
 # (fio's rdma engine: the rw=read job listens, the rw=write job connects,
