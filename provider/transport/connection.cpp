@@ -59,29 +59,90 @@ Connection::Connection(Endpoint& endpoint, PeerId peer)
     paths_.emplace_back(i, config.base_rtt_ns, params);
     paths_.back().stats.path_id = i;
     paths_.back().stats.plane = endpoint.plane_of_path(i);
+    // The initial state (8.15): a path whose plane is down starts failed.
     if (!endpoint.plane_up(paths_.back().stats.plane)) paths_.back().health = PathHealth::Failed;
   }
 }
 
 void Connection::on_plane_change(Time now, uint16_t plane, bool up) {
-  for (SendPath& path : paths_) {
-    if (path.stats.plane != plane) continue;
-    if (up) {
+  for (SendPath& path : paths_)
+    if (path.stats.plane == plane) set_health(now, path, up ? HealthEvent::PlaneUp : HealthEvent::PlaneDown);
+}
+
+namespace {
+
+struct HealthTransition {
+  PathHealth from;
+  Connection::HealthEvent event;
+  PathHealth to;
+};
+
+// The path health state machine of docs/spec.md 8.8 (and 8.15 for planes).
+constexpr HealthTransition kHealthTransitions[] = {
+    {PathHealth::Suspect, Connection::HealthEvent::NewDataAcked, PathHealth::Active},
+    {PathHealth::Suspect, Connection::HealthEvent::ProbeAnswered, PathHealth::Active},
+    {PathHealth::Failed, Connection::HealthEvent::ProbeAnswered, PathHealth::Active},
+    {PathHealth::Active, Connection::HealthEvent::BlamedSuspect, PathHealth::Suspect},
+    {PathHealth::Active, Connection::HealthEvent::BlamedFail, PathHealth::Failed},
+    {PathHealth::Suspect, Connection::HealthEvent::BlamedFail, PathHealth::Failed},
+    {PathHealth::Active, Connection::HealthEvent::PlaneDown, PathHealth::Failed},
+    {PathHealth::Suspect, Connection::HealthEvent::PlaneDown, PathHealth::Failed},
+    {PathHealth::Failed, Connection::HealthEvent::PlaneDown, PathHealth::Failed},
+    {PathHealth::Active, Connection::HealthEvent::PlaneUp, PathHealth::Failed},
+    {PathHealth::Suspect, Connection::HealthEvent::PlaneUp, PathHealth::Failed},
+    {PathHealth::Failed, Connection::HealthEvent::PlaneUp, PathHealth::Failed},
+};
+
+}  // namespace
+
+bool Connection::set_health(Time now, SendPath& path, HealthEvent event) {
+  const auto row = std::find_if(std::begin(kHealthTransitions), std::end(kHealthTransitions),
+                                [&](const HealthTransition& t) { return t.from == path.health && t.event == event; });
+  if (row == std::end(kHealthTransitions)) return false;
+  const PathHealth from = path.health;
+  path.health = row->to;
+  switch (event) {
+    case HealthEvent::NewDataAcked:
+      path.probe_at = kNever;
+      path.probe_sent = kNever;
+      break;
+    case HealthEvent::ProbeAnswered:
+      // A failed path comes back with a fresh window; a suspect one lost
+      // only what timed out and keeps its window.
+      if (from == PathHealth::Failed) path.cc.reset();
+      path.blamed_timeouts = 0;
+      path.backoff = 0;
+      path.probe_at = kNever;
+      path.probe_sent = kNever;
+      ++endpoint_.counters_.path_recoveries;
+      break;
+    case HealthEvent::BlamedSuspect:
+      // A suspect path carries no data: a probe tells at once whether it
+      // works, at no risk to a message.
+      path.probe_at = now;
+      hand_over_window(path);
+      break;
+    case HealthEvent::BlamedFail:
+      path.probe_interval = endpoint_.probe_interval();
+      path.probe_at = now + path.probe_interval;
+      ++endpoint_.counters_.path_failures;
+      break;
+    case HealthEvent::PlaneDown:
+      for (TxRecord& record : path.records)
+        if (record.state == TxRecord::State::InFlight) declare_lost(path, record);
+      path.probe_at = kNever;  // until the plane is up
+      path.probe_sent = kNever;
+      path.rto_deadline = kNever;
+      path.rewinding = false;
+      ++endpoint_.counters_.plane_drains;
+      break;
+    case HealthEvent::PlaneUp:
       // Probed at once: the NIC is back, the fabric behind it may not be.
-      path.health = PathHealth::Failed;
       path.probe_interval = endpoint_.probe_interval();
       path.probe_at = now;
-      continue;
-    }
-    for (TxRecord& record : path.records)
-      if (record.state == TxRecord::State::InFlight) declare_lost(path, record);
-    path.health = PathHealth::Failed;
-    path.probe_at = kNever;  // until the plane is up
-    path.probe_sent = kNever;
-    path.rto_deadline = kNever;
-    path.rewinding = false;
-    ++endpoint_.counters_.plane_drains;
+      break;
   }
+  return true;
 }
 
 void Connection::attach(QueuePair* qp) {
@@ -373,11 +434,7 @@ void Connection::on_path_sack(Time now, SendPath& path, const wire::PathSack& bl
     path.cc.on_ack(now, acked_bytes, acked_packets, marks, rtt_sample, path.rtt.min_rtt(), path.rtt.srtt());
     path.blamed_timeouts = 0;
     path.backoff = 0;
-    if (path.health == PathHealth::Suspect) {
-      path.health = PathHealth::Active;
-      path.probe_at = kNever;
-      path.probe_sent = kNever;
-    }
+    set_health(now, path, HealthEvent::NewDataAcked);
   }
   // Anything this far below the highest ACKed can no longer be reported.
   for (uint64_t i = 0; i < path.records.size(); ++i) {
@@ -436,16 +493,8 @@ void Connection::on_probe_reply(Time now, const wire::Packet& packet) {
   if (path.health == PathHealth::Active || packet.probe.probe_seq != path.probe_seq ||
       !endpoint_.plane_up(path.stats.plane))
     return;
-  // A failed path comes back with a fresh window; a suspect one lost only
-  // what timed out and keeps its window.
-  if (path.health == PathHealth::Failed) path.cc.reset();
-  path.health = PathHealth::Active;
-  path.blamed_timeouts = 0;
-  path.backoff = 0;
-  path.probe_at = kNever;
-  path.probe_sent = kNever;
+  set_health(now, path, HealthEvent::ProbeAnswered);
   if (packet.probe.timestamp <= now) path.rtt.on_sample(now - packet.probe.timestamp);
-  ++endpoint_.counters_.path_recoveries;
 }
 
 void Connection::queue_nak(uint16_t path_id, const wire::Nak& nak) {
@@ -534,20 +583,8 @@ void Connection::blame_path(Time now, SendPath& path) {
   path.backoff = 0;
   ++path.blamed_timeouts;
   const EndpointConfig& config = endpoint_.config();
-  if (path.blamed_timeouts >= config.path_fail_timeouts) {
-    if (path.health != PathHealth::Failed) {
-      path.health = PathHealth::Failed;
-      path.probe_interval = endpoint_.probe_interval();
-      path.probe_at = now + path.probe_interval;
-      ++endpoint_.counters_.path_failures;
-    }
-  } else if (path.blamed_timeouts >= config.path_suspect_timeouts && path.health == PathHealth::Active) {
-    // A suspect path carries no data: a probe tells at once whether it
-    // works, at no risk to a message.
-    path.health = PathHealth::Suspect;
-    path.probe_at = now;
-    hand_over_window(path);
-  }
+  if (path.blamed_timeouts >= config.path_fail_timeouts) set_health(now, path, HealthEvent::BlamedFail);
+  else if (path.blamed_timeouts >= config.path_suspect_timeouts) set_health(now, path, HealthEvent::BlamedSuspect);
 }
 
 void Connection::probe_path(Time now, SendPath& path) {

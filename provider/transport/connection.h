@@ -50,6 +50,15 @@ class Connection {
   Time next_wakeup() const;
 
   void queue_nak(uint16_t path_id, const wire::Nak& nak);
+  // What changes a path's health (docs/spec.md 8.8; planes 8.15).
+  enum class HealthEvent : uint8_t {
+    NewDataAcked,   // an ACK of new data on the path
+    ProbeAnswered,  // a ProbeReply to its newest Probe
+    BlamedSuspect,  // path_suspect_timeouts blamed timeouts
+    BlamedFail,     // path_fail_timeouts blamed timeouts
+    PlaneDown,      // its plane's NIC went down: not probed until it is up
+    PlaneUp,        // its plane's NIC came back: probed at once
+  };
   void on_plane_change(Time now, uint16_t plane, bool up);
   void on_message_completed() { ack_now_ = true; }
   // The driver is about to stop: an ACK of whatever arrived is due now.
@@ -139,6 +148,10 @@ class Connection {
   void declare_lost(SendPath& path, TxRecord& record);
   void trim(SendPath& path);
   void path_timeout(Time now, SendPath& path);
+  // Every change of a path's health goes through here, along the table in
+  // connection.cpp, with the actions of entering the new state. An event
+  // with no row for the path's state changes nothing (false).
+  bool set_health(Time now, SendPath& path, HealthEvent event);
   // A path stopped carrying data: the active paths of its plane take over
   // its window, so that the connection keeps its rate.
   void hand_over_window(const SendPath& leaving);
