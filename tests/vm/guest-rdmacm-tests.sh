@@ -210,22 +210,6 @@ known_failures() {  # known_failures TR LOSS
 }
 PROGRAMS="rping ucmatose rdma_client ib_write_bw_R ib_send_lat_R rstream riostream fio_read fio_write fi_pingpong udaddy"
 
-set_loss() {  # set_loss PERCENT: on every UDP datagram ns0 and ns1 receive
-  local ns
-  for ns in ns0 ns1; do
-    in_ns $ns nft delete table inet cmloss 2>/dev/null
-    [ "$1" = 0 ] && continue
-    in_ns $ns nft -f - <<NFT
-table inet cmloss {
-  chain input {
-    type filter hook input priority 0;
-    meta l4proto udp numgen random mod 100 < $1 counter drop
-  }
-}
-NFT
-  done
-}
-dropped() { local n=0 ns c; for ns in ns0 ns1; do c=$(in_ns $ns nft list table inet cmloss 2>/dev/null | awk '/counter/ { for (i = 1; i <= NF; i++) if ($i == "packets") print $(i + 1) }'); n=$((n + ${c:-0})); done; echo $n; }
 
 # --- discovery: libfabric and UCX see the devices through librdmacm ------------
 fi_info_ok() { in_ns ns0 fi_info -p verbs >/tmp/fi_info.out 2>&1 && grep -q 'domain: mr0' /tmp/fi_info.out; }

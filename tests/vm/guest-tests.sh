@@ -125,35 +125,20 @@ bw() {
 # Random loss on every UDP datagram a namespace receives for the transport's
 # ports (MetaRoCE's home and path ports lie above 4791). rxe's loopback
 # bypasses netfilter: its "loss" runs see none, and the table says so.
-set_loss() {  # set_loss PERCENT
-  local ns
-  for ns in ns0 ns1; do
-    in_ns $ns nft delete table inet mrloss 2>/dev/null
-    [ "$1" = 0 ] && continue
-    in_ns $ns nft -f - <<EOF
-table inet mrloss {
-  chain input {
-    type filter hook input priority 0;
-    udp dport 4791-65535 numgen random mod 100 < $1 counter drop
-  }
-}
-EOF
-  done
-}
-dropped() { local n=0 ns c; for ns in "$@"; do c=$(in_ns "$ns" nft list table inet mrloss 2>/dev/null | awk '/counter/ { for (i = 1; i <= NF; i++) if ($i == "packets") print $(i + 1) }'); n=$((n + ${c:-0})); done; echo $n; }
+loss_on_transport_ports() { set_loss "$1" "udp dport 4791-65535"; }
 
 for loss in 0 1; do
-  set_loss $loss
+  loss_on_transport_ports $loss
   for tool in ib_write_bw ib_send_bw ib_read_bw; do
     for tr in metaroce rxe; do bw $tool $tr $loss; done
   done
   if [ $loss != 0 ]; then
-    echo "# nftables dropped $(dropped ns0 ns1) metaroce datagrams (rxe: loopback, no loss applied)"
-    d=$(dropped ns0 ns1)
+    echo "# nftables dropped $(dropped) metaroce datagrams (rxe: loopback, no loss applied)"
+    d=$(dropped)
     if [ "$d" -gt 0 ]; then pass "loss was applied to metaroce traffic ($d datagrams dropped)"; else not_ok "loss was applied to metaroce traffic"; fi
   fi
 done
-set_loss 0
+loss_on_transport_ports 0
 
 echo "# perftest under emulation (TCG): functional figures, not performance."
 echo "# rxe: one device, both ends in the initial namespace (its loopback, no loss)."
