@@ -40,15 +40,6 @@ Time ceil_ns(double ns) { return ns <= 0 ? 0 : static_cast<Time>(std::ceil(ns));
 
 }  // namespace
 
-const char* to_string(PathHealth health) {
-  switch (health) {
-    case PathHealth::Active: return "active";
-    case PathHealth::Suspect: return "suspect";
-    case PathHealth::Failed: return "failed";
-  }
-  return "?";
-}
-
 Connection::Connection(Endpoint& endpoint, PeerId peer)
     : endpoint_(endpoint), peer_(peer), profile_(endpoint.config().profile) {
   const EndpointConfig& config = endpoint.config();

@@ -39,6 +39,7 @@ enum class Verdict : uint8_t {
   InvalidRequest,     // NAK InvalidRequest
   StaleResponse,      // response to nothing outstanding: drop
 };
+const char* to_string(Verdict verdict);  // "placed", "duplicate-chunk", ...
 
 inline Verdict verdict_of(const RequestFailure& failure) {
   return failure.nak == wire::NakKind::RemoteAccess ? Verdict::AccessError : Verdict::InvalidRequest;

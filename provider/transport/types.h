@@ -33,6 +33,7 @@ enum Access : uint32_t {
 };
 
 enum class QpState : uint8_t { Reset, Init, ReadyToReceive, ReadyToSend, Error };
+const char* to_string(QpState state);  // "reset", "init", "rtr", "rts", "error"
 
 // ibv_wc_status
 enum class WcStatus : uint8_t {

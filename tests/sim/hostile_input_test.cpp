@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "metaroce/wire.h"
+#include "engine_printers.h"
 #include "rig.h"
 
 namespace metaroce::sim {

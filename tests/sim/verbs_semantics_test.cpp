@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 
+#include "engine_printers.h"
 #include "rig.h"
 
 namespace metaroce::sim {
