@@ -87,7 +87,10 @@ run_pair() {
   [ "$tr" = rxe ] && sns=init cns=init
   # Known failures hang: they take seconds when they work (rxe: 1 to 4 s).
   [[ " $KNOWN_FAILING " == *" $name "* ]] && limit=30
-  in_ns $sns timeout $limit "${server[@]}" >"$log.server" 2>&1 &
+  # -k: a program that ignores SIGTERM at its limit (fio over rxe, stuck in
+  # its event loop) is killed; one left running holds its device open, and
+  # rxe's removal waits for every user to close it.
+  in_ns $sns timeout -k 5 $limit "${server[@]}" >"$log.server" 2>&1 &
   local spid=$! ok=1
   # shellcheck disable=SC2046  # ns_opt: nothing or "-n NS"
   case $wait in
@@ -101,7 +104,7 @@ run_pair() {
   fi
   local start cstatus=0 sstatus=0
   start=$(date +%s.%N)
-  in_ns $cns timeout $limit "${client[@]}" >"$log.client" 2>&1 || cstatus=$?
+  in_ns $cns timeout -k 5 $limit "${client[@]}" >"$log.client" 2>&1 || cstatus=$?
   # A failed client leaves nothing for its server to wait for.
   [ $cstatus -eq 0 ] || kill $spid 2>/dev/null
   wait $spid || sstatus=$?
@@ -366,7 +369,16 @@ kill -9 $rserver 2>/dev/null; wait $rserver 2>/dev/null
 expect "metaroce is unloaded" sh -c "! grep -q '^metaroce ' /proc/modules"
 expect "modprobe metaroce, rdma link add, rdma link del, rmmod" sh -c \
   "modprobe metaroce && ip netns exec ns0 rdma link add mr0 type metaroce netdev mra && rdma link del mr0 && rmmod metaroce"
-expect "rdma link del rxe0" rdma link del rxe0
+# rxe is the reference, not under test: its removal is reported, bounded,
+# and a hang there (a program that still has it open) does not stop the suite.
+rdma link del rxe0 >/tmp/cm.rxe.del 2>&1 &
+rxe_del=$!
+if wait_until 60 process_gone $rxe_del && wait $rxe_del; then
+  pass "rdma link del rxe0"
+else
+  note "rdma link del rxe0 still waits after 60 s (a process has rxe0 open): $(rdma resource show ctx 2>/dev/null | grep rxe0 | head -n 3 | tr '\n' ' ')"
+  disown "$rxe_del"  # the harness's clean-up would wait for it for ever
+fi
 
 # --- the table -----------------------------------------------------------------
 echo "# rdma_cm programs under emulation (TCG): pass/fail and wall-clock time."
