@@ -294,9 +294,13 @@ constexpr uint32_t ib_mtu_bytes(ibv_mtu mtu) { return 128u << mtu; }
 // context.cpp
 verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data);
 void free_context(ibv_context* context);
+// query.cpp
 int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input,
                     ibv_device_attr_ex* attr, size_t attr_size);
 int query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* port_attr);
+// stats_dump.cpp: METAROCE_STATS=1's dump of the engine's counters and paths
+// on stderr, when the context closes.
+void dump_stats(Context& ctx);
 void async_event(ibv_context* context, ibv_async_event* event);
 // pd.cpp
 ibv_pd* alloc_pd(ibv_context* context);

@@ -9,7 +9,7 @@
 // listens, serves one connection and exits when that connection closes.
 //
 // The engine runs with the timers the verbs provider gives it over kernel
-// UDP (provider/verbs/context.cpp, Options): the engine's own defaults are
+// UDP (provider/verbs/context_options.h, Options): the engine's own defaults are
 // for an 8 us datacenter RTT, and a user-space peer on a shared host answers
 // in tens of microseconds to milliseconds.
 #include <arpa/inet.h>

@@ -199,7 +199,7 @@ TEST(TransferScenarios, DeadAckPathsCostLittle) {
 }
 
 // The engine as the verbs provider configures it for a 1 Gb/s path with
-// ~100 us RTTs (provider/verbs/context.cpp: base RTT 100 us, ACK delay
+// ~100 us RTTs (provider/verbs/context_options.h: base RTT 100 us, ACK delay
 // 10 us, RTO floor 4 ms) and perftest's QP timeout (14: 67 ms), moving
 // 64 KiB WRITEs 64 deep, as datapath.sh blackhole does.
 WriteTransferSpec namespace_fabric_spec() {

@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+#include "runtime_start.h"
+
+#include <net/if.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+
+namespace metaroce::verbs {
+namespace {
+
+// True when nothing is bound to (address, port) over UDP right now.
+bool port_looks_free(const sockaddr_storage& address, uint16_t port) {
+  sockaddr_storage a = address;
+  socklen_t len = sizeof(sockaddr_in);
+  if (a.ss_family == AF_INET) {
+    reinterpret_cast<sockaddr_in&>(a).sin_port = htons(port);
+  } else {
+    reinterpret_cast<sockaddr_in6&>(a).sin6_port = htons(port);
+    len = sizeof(sockaddr_in6);
+  }
+  const int fd = ::socket(a.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return true;  // let the runtime report the real error
+  const bool ok = ::bind(fd, reinterpret_cast<const sockaddr*>(&a), len) == 0 || errno != EADDRINUSE;
+  ::close(fd);
+  return ok;
+}
+
+// The speed the kernel reports for the interface (ethtool's), 0 if it has
+// none (loopback, some virtual devices) or it is unknown.
+uint64_t netdev_speed_bps(uint32_t ifindex) {
+  char name[IF_NAMESIZE] = {};
+  if (ifindex == 0 || !if_indextoname(ifindex, name)) return 0;
+  std::FILE* f = std::fopen((std::string("/sys/class/net/") + name + "/speed").c_str(), "re");
+  if (!f) return 0;
+  long mbps = 0;
+  const bool ok = std::fscanf(f, "%ld", &mbps) == 1;  // reading fails with EINVAL when unknown
+  std::fclose(f);
+  return ok && mbps > 0 ? uint64_t(mbps) * 1'000'000 : 0;
+}
+
+
+// Creates the runtime on the home port and source ports metaroced leases;
+// null (and `daemon` reset) when there is no daemon or its lease fails.
+std::unique_ptr<io::Runtime> start_with_daemon(const Device& device, const Options& o, io::RuntimeOptions ro,
+                                               std::unique_ptr<DaemonClient>& daemon) {
+  std::string why;
+  daemon = DaemonClient::connect(why);
+  if (!daemon) {
+    warn_once("no metaroced (" + why + "); choosing ports locally, integrity mode (datagrams are not authenticated)");
+    return nullptr;
+  }
+  const transport::CongestionConfig baseline = ro.endpoint.cc;
+  const double baseline_rate_hint = ro.endpoint.rate_hint_utilization;
+  // A leased port can still be taken by a process that bypasses the daemon:
+  // lease again (the daemon never hands out the same port twice in a row).
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    std::optional<DaemonLease> lease = daemon->lease(device.address_text, o.paths_explicit ? o.paths : 0,
+                                                     o.traffic_class, o.home_port, why);
+    if (!lease) break;
+    if (lease->home_port < kHomePortBase || lease->home_port >= kHomePortBase + kHomePortCount) {
+      why = "leased home port " + std::to_string(lease->home_port) + " is outside [" + std::to_string(kHomePortBase) + ", " +
+            std::to_string(kHomePortBase + kHomePortCount) + ")";
+      break;
+    }
+    ro.home_port = lease->home_port;
+    ro.endpoint.qpn_base = qpn_base_for_port(ro.home_port);
+    ro.test_seed = o.test_seed ? o.test_seed : 0x9e3779b97f4a7c15ull ^ ro.home_port;
+    ro.path_source_ports = lease->source_ports;
+    ro.endpoint.security = lease->security;
+    if (!o.paths_explicit) ro.endpoint.paths = static_cast<uint16_t>(lease->source_ports.size());
+    ctl::apply_policy(lease->policy, ro.endpoint.cc);
+    if (lease->policy.rate_hint_utilization) ro.endpoint.rate_hint_utilization = *lease->policy.rate_hint_utilization;
+    std::unique_ptr<io::Runtime> runtime = io::Runtime::create(ro, why);
+    if (runtime) {
+      daemon->attach(runtime.get(), device.name, lease->stats_interval_ms, baseline, baseline_rate_hint);
+      return runtime;
+    }
+    if (why.find("in use") == std::string::npos) break;
+  }
+  warn_once("metaroced lease failed (" + why + "); choosing ports locally, integrity mode (datagrams are not authenticated)");
+  daemon.reset();
+  return nullptr;
+}
+
+}  // namespace
+
+void warn_once(const std::string& message) {
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true)) std::fprintf(stderr, "metaroce: %s\n", message.c_str());
+}
+
+uint32_t netdev_mtu(uint32_t ifindex) {
+  constexpr uint32_t kEthernetMtu = 1500;
+  char name[IF_NAMESIZE] = {};
+  if (ifindex == 0 || !if_indextoname(ifindex, name)) return kEthernetMtu;
+  std::FILE* f = std::fopen((std::string("/sys/class/net/") + name + "/mtu").c_str(), "re");
+  if (!f) return kEthernetMtu;
+  unsigned long mtu = 0;
+  const bool ok = std::fscanf(f, "%lu", &mtu) == 1;
+  std::fclose(f);
+  return ok && mtu > 0 ? static_cast<uint32_t>(mtu) : kEthernetMtu;
+}
+
+std::unique_ptr<io::Runtime> start_runtime(const Device& device, const Options& o,
+                                           std::unique_ptr<DaemonClient>& daemon, std::string& error) {
+  io::RuntimeOptions ro;
+  ro.local_address = device.address_text;
+  ro.allow_io_uring = o.io_uring;
+  ro.test_drop_probability = o.test_loss;
+  ro.endpoint.profile = o.profile;
+  ro.endpoint.paths = o.paths;
+  ro.endpoint.mtu = o.mtu;
+  ro.endpoint.max_qps = kMaxQpsPerContext;
+  ro.endpoint.max_outstanding_messages = kMaxQpWr;
+  ro.endpoint.base_rtt_ns = o.base_rtt_ns;
+  ro.endpoint.cc.target_queue_delay_ns = o.target_delay_ns;
+  ro.endpoint.ack_delay_ns = o.ack_delay_ns;
+  ro.endpoint.min_rto_ns = o.min_rto_ns;
+  if (const uint64_t link = o.link_bps ? o.link_bps : netdev_speed_bps(device.ifindex)) {
+    // Every path can carry the whole link, and everything arrives through it.
+    ro.endpoint.path_rate_bps = link;
+    ro.endpoint.inbound_capacity_bps = link;
+  }
+  // A home port the caller chose is theirs: no daemon then. One the kernel
+  // chose is leased as it is.
+  if (o.use_daemon && (!o.home_port || o.home_port_from_kernel)) {
+    if (std::unique_ptr<io::Runtime> runtime = start_with_daemon(device, o, ro, daemon)) return runtime;
+  }
+  const uint32_t first = o.home_port ? o.home_port : kHomePortBase;
+  const uint32_t last = o.home_port ? o.home_port + 1 : kHomePortBase + kHomePortCount;
+  int races = 0;
+  for (uint32_t port = first; port < last; ++port) {
+    if (!o.home_port && !port_looks_free(device.address, static_cast<uint16_t>(port))) continue;
+    ro.home_port = static_cast<uint16_t>(port);
+    ro.endpoint.qpn_base = qpn_base_for_port(ro.home_port);
+    ro.test_seed = o.test_seed ? o.test_seed : 0x9e3779b97f4a7c15ull ^ port;
+    std::unique_ptr<io::Runtime> runtime = io::Runtime::create(ro, error);
+    if (runtime) return runtime;
+    // Another process may have taken the port since the probe.
+    if (o.home_port || ++races > 16 || error.find("in use") == std::string::npos) return nullptr;
+  }
+  if (error.empty()) error = "no free home port on " + device.address_text;
+  return nullptr;
+}
+
+}  // namespace metaroce::verbs

@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//
+// Starting a context's runtime: on the ports metaroced leases when it runs,
+// else on the first free home port, with the netdev's speed and MTU.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "context_options.h"
+#include "daemon_client.h"
+#include "provider.h"
+
+namespace metaroce::verbs {
+
+// Creates the runtime on the first free home port, with QP numbers that
+// encode it (or on metaroced's lease, `daemon` then holding the client).
+std::unique_ptr<io::Runtime> start_runtime(const Device& device, const Options& o,
+                                           std::unique_ptr<DaemonClient>& daemon, std::string& error);
+// Prints "metaroce: MESSAGE" on stderr once per process, not per context:
+// a program opening many contexts without a daemon is told once.
+void warn_once(const std::string& message);
+// The netdev's MTU; a standard Ethernet frame's when the address belongs to
+// no interface we can see.
+uint32_t netdev_mtu(uint32_t ifindex);
+
+}  // namespace metaroce::verbs
