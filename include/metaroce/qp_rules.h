@@ -18,6 +18,9 @@
 #define METAROCE_QP_RULES_H
 
 #include <linux/types.h>
+#ifndef __KERNEL__
+#include <stddef.h>
+#endif
 
 #include "abi.h"
 
@@ -117,29 +120,45 @@ static const struct metaroce_qp_transition metaroce_ud_transitions[] = {
 	{ METAROCE_QPS_RTS, METAROCE_QPS_RTS, 0, METAROCE_QP_QKEY },
 };
 
-/* 0 if a QP (UD if `ud`, else RC) may go from `from` to `to` with the
- * attributes of `mask`; -1 if not. */
-static inline int metaroce_qp_transition_check(int ud, int from, int to, int mask)
+/* The table's entry for `from` -> `to` of a QP (UD if `ud`, else RC); NULL
+ * if there is none (RESET and ERR, reachable from anywhere, have none). */
+static inline const struct metaroce_qp_transition *metaroce_qp_transition_find(int ud, int from, int to)
 {
 	const struct metaroce_qp_transition *table = ud ? metaroce_ud_transitions : metaroce_rc_transitions;
 	const unsigned int n = ud ? sizeof(metaroce_ud_transitions) / sizeof(metaroce_ud_transitions[0])
 				  : sizeof(metaroce_rc_transitions) / sizeof(metaroce_rc_transitions[0]);
-	const int given = mask & ~(METAROCE_QP_STATE | METAROCE_QP_CUR_STATE);
 	unsigned int i;
 
+	for (i = 0; i < n; i++)
+		if (table[i].from == from && table[i].to == to)
+			return &table[i];
+	return NULL;
+}
+
+/* 1 if a QP (UD if `ud`, else RC) may go from `from` to `to` at all. */
+static inline int metaroce_qp_transition_exists(int ud, int from, int to)
+{
 	if (from < METAROCE_QPS_RESET || from > METAROCE_QPS_ERR || to < METAROCE_QPS_RESET ||
 	    to > METAROCE_QPS_ERR)
+		return 0;
+	return to == METAROCE_QPS_RESET || to == METAROCE_QPS_ERR || metaroce_qp_transition_find(ud, from, to);
+}
+
+/* 0 if a QP (UD if `ud`, else RC) may go from `from` to `to` with the
+ * attributes of `mask`; -1 if not. */
+static inline int metaroce_qp_transition_check(int ud, int from, int to, int mask)
+{
+	const int given = mask & ~(METAROCE_QP_STATE | METAROCE_QP_CUR_STATE);
+	const struct metaroce_qp_transition *t;
+
+	if (!metaroce_qp_transition_exists(ud, from, to))
 		return -1;
 	if (to == METAROCE_QPS_RESET || to == METAROCE_QPS_ERR)
 		return given == 0 ? 0 : -1;
-	for (i = 0; i < n; i++) {
-		if (table[i].from != from || table[i].to != to)
-			continue;
-		if ((given & table[i].required) != table[i].required)
-			return -1;
-		return (given & ~(table[i].required | table[i].optional)) ? -1 : 0;
-	}
-	return -1;
+	t = metaroce_qp_transition_find(ud, from, to);
+	if ((given & t->required) != t->required)
+		return -1;
+	return (given & ~(t->required | t->optional)) ? -1 : 0;
 }
 
 /* --- attribute values --------------------------------------------------------------- */

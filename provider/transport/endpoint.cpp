@@ -5,6 +5,7 @@
 #include <deque>
 
 #include "connection.h"
+#include "metaroce/qp_rules.h"
 #include "metaroce/wire.h"
 #include "queue_pair.h"
 #include "shared_receive_queue.h"
@@ -26,6 +27,18 @@ uint32_t epoch_of(const EndpointConfig& config) {
   uint32_t epoch = 0;
   while (epoch == 0) epoch = static_cast<uint32_t>(x = splitmix64_mix(x));
   return epoch;
+}
+
+// The engine's states as qp_rules.h numbers them (the uverbs ABI's).
+int qp_rules_state(QpState state) {
+  switch (state) {
+    case QpState::Reset: return METAROCE_QPS_RESET;
+    case QpState::Init: return METAROCE_QPS_INIT;
+    case QpState::ReadyToReceive: return METAROCE_QPS_RTR;
+    case QpState::ReadyToSend: return METAROCE_QPS_RTS;
+    case QpState::Error: return METAROCE_QPS_ERR;
+  }
+  return -1;
 }
 
 }  // namespace
@@ -234,8 +247,7 @@ std::optional<SrqAttributes> Endpoint::query_srq(uint32_t srq) const {
 
 bool Endpoint::qpn_taken(uint32_t qpn) const { return qps_.count(qpn) || ud_qps_.count(qpn); }
 
-uint32_t Endpoint::create_qp(uint32_t pd, uint32_t send_cq, uint32_t recv_cq, const QpConfig& config,
-                             uint32_t srq) {
+uint32_t Endpoint::create_qp(uint32_t pd, uint32_t send_cq, uint32_t recv_cq, const QpConfig& config, uint32_t srq) {
   if (next_qpn_index_ >= config_.max_qps) return 0;
   return create_qp_numbered(config_.qpn_base + next_qpn_index_++, pd, send_cq, recv_cq, config, srq);
 }
@@ -275,11 +287,6 @@ uint32_t Endpoint::create_ud_qp(uint32_t qpn, uint32_t pd, uint32_t send_cq, uin
   return qpn;
 }
 
-PostResult Endpoint::modify_ud_qp(uint32_t qpn, QpState next, std::optional<uint32_t> qkey) {
-  UdQueuePair* qp = find_ud_qp(qpn);
-  return qp ? qp->modify(next, qkey) : PostResult::NoSuchObject;
-}
-
 PostResult Endpoint::post_send_ud(uint32_t qpn, const UdSendWr& wr) {
   UdQueuePair* qp = find_ud_qp(qpn);
   return qp ? qp->post_send(wr) : PostResult::NoSuchObject;
@@ -314,57 +321,49 @@ UdQueuePair* Endpoint::find_ud_qp(uint32_t qpn) const {
   return it == ud_qps_.end() ? nullptr : it->second.get();
 }
 
-PostResult Endpoint::modify_qp_to_init(uint32_t qpn) {
+PostResult Endpoint::modify_qp(uint32_t qpn, const QpModify& modify) {
   QueuePair* qp = find_qp(qpn);
-  if (!qp) return PostResult::NoSuchObject;
-  if (qp->state() != QpState::Reset) return PostResult::BadState;
-  qp->to_init();
+  UdQueuePair* ud = qp ? nullptr : find_ud_qp(qpn);
+  if (!qp && !ud) return PostResult::NoSuchObject;
+  const QpState from = qp ? qp->state() : ud->state();
+  if (!metaroce_qp_transition_exists(ud != nullptr, qp_rules_state(from), qp_rules_state(modify.next)))
+    return PostResult::BadState;
+  if (ud) {
+    ud->modify(modify.next, modify.qkey);
+    return PostResult::Ok;
+  }
+  if (modify.next == from && from != QpState::Error && from != QpState::Reset) return PostResult::Ok;
+  switch (modify.next) {
+    case QpState::Init: qp->to_init(); break;
+    case QpState::ReadyToReceive: {
+      QpConfig resolved = modify.config.value_or(QpConfig{});
+      resolved.max_send_wr = std::min(qp->config().max_send_wr, config_.max_outstanding_messages);
+      resolved.max_recv_wr = qp->config().max_recv_wr;
+      Connection* connection = connection_for(modify.peer, true);
+      if (qp->connection() && qp->connection() != connection) qp->connection()->detach(qp);
+      qp->to_rtr(connection, modify.remote_qpn, resolved);
+      connection->attach(qp);
+      break;
+    }
+    case QpState::ReadyToSend:
+      if (modify.config) qp->set_requester_config(*modify.config);
+      qp->to_rts();
+      break;
+    case QpState::Error: qp->to_error(/*requested=*/true); break;
+    case QpState::Reset:
+      if (qp->connection()) qp->connection()->detach(qp);
+      qp->to_reset();
+      break;
+  }
   return PostResult::Ok;
 }
 
-PostResult Endpoint::modify_qp_to_rtr(uint32_t qpn, PeerId peer, uint32_t remote_qpn, const QpConfig& config) {
-  QueuePair* qp = find_qp(qpn);
-  if (!qp) return PostResult::NoSuchObject;
-  if (qp->state() != QpState::Init) return PostResult::BadState;
-  QpConfig resolved = config;
-  resolved.max_send_wr = std::min(qp->config().max_send_wr, config_.max_outstanding_messages);
-  resolved.max_recv_wr = qp->config().max_recv_wr;
-  Connection* connection = connection_for(peer, true);
-  if (qp->connection() && qp->connection() != connection) qp->connection()->detach(qp);
-  qp->to_rtr(connection, remote_qpn, resolved);
-  connection->attach(qp);
-  return PostResult::Ok;
-}
-
-PostResult Endpoint::modify_qp_to_rts(uint32_t qpn) {
-  QueuePair* qp = find_qp(qpn);
-  if (!qp) return PostResult::NoSuchObject;
-  if (qp->state() != QpState::ReadyToReceive) return PostResult::BadState;
-  qp->to_rts();
-  return PostResult::Ok;
-}
-
-PostResult Endpoint::modify_qp_to_rts(uint32_t qpn, const QpConfig& config) {
-  QueuePair* qp = find_qp(qpn);
-  if (!qp) return PostResult::NoSuchObject;
-  if (qp->state() != QpState::ReadyToReceive) return PostResult::BadState;
-  qp->set_requester_config(config);
-  qp->to_rts();
-  return PostResult::Ok;
-}
-
-PostResult Endpoint::modify_qp_to_error(uint32_t qpn) {
-  QueuePair* qp = find_qp(qpn);
-  if (!qp) return PostResult::NoSuchObject;
-  qp->to_error(/*requested=*/true);
-  return PostResult::Ok;
-}
-
-PostResult Endpoint::modify_qp_to_reset(uint32_t qpn) {
-  QueuePair* qp = find_qp(qpn);
-  if (!qp) return PostResult::NoSuchObject;
-  if (qp->connection()) qp->connection()->detach(qp);
-  qp->to_reset();
+PostResult Endpoint::connect_qp(uint32_t qpn, PeerId peer, uint32_t remote_qpn, const QpConfig& config) {
+  for (const QpModify& step :
+       {QpModify{.next = QpState::Init},
+        QpModify{.next = QpState::ReadyToReceive, .peer = peer, .remote_qpn = remote_qpn, .config = config},
+        QpModify{.next = QpState::ReadyToSend}})
+    if (const PostResult r = modify_qp(qpn, step); r != PostResult::Ok) return r;
   return PostResult::Ok;
 }
 
@@ -510,8 +509,7 @@ void Endpoint::on_datagram(Time now, PeerId from, std::span<const uint8_t> datag
 
 size_t Endpoint::seal_datagram(PeerId peer, std::span<uint8_t> buf, size_t length) {
   Peer* p = peer_for(peer, false);
-  if (!p || length < wire::kCommonHeaderBytes || buf.size() < length + wire::trailer_bytes(config_.security))
-    return 0;
+  if (!p || length < wire::kCommonHeaderBytes || buf.size() < length + wire::trailer_bytes(config_.security)) return 0;
   return frame(*p, buf, length);
 }
 

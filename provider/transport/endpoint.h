@@ -48,6 +48,18 @@ struct SrqAttributes {
   uint32_t depth = 0;  // WQEs waiting
 };
 
+// What modify_qp gives the new state: RTR of an RC QP takes the peer, its QP
+// number and the responder's config; RTS of an RC QP may take the requester's
+// (timeout, retries, max_rd_atomic, sq_psn; without it RTR's stays); a UD QP
+// may take a Q_Key in any state but RESET and ERROR.
+struct QpModify {
+  QpState next = QpState::Reset;
+  PeerId peer = 0;
+  uint32_t remote_qpn = 0;
+  std::optional<QpConfig> config;
+  std::optional<uint32_t> qkey;
+};
+
 struct TxDatagram {
   PeerId peer = 0;
   uint16_t path_id = 0;  // the driver sends from its socket (source port) for this path
@@ -77,7 +89,9 @@ class Endpoint {
   // Completions waiting in the CQ.
   size_t cq_depth(uint32_t cq) const;
   // Called whenever a completion is added to a CQ (for completion channels).
-  void set_completion_observer(std::function<void(uint32_t cq)> observer) { completion_observer_ = std::move(observer); }
+  void set_completion_observer(std::function<void(uint32_t cq)> observer) {
+    completion_observer_ = std::move(observer);
+  }
 
   // Called for every asynchronous event (engine lock held, like completions).
   void set_async_observer(std::function<void(const AsyncEvent&)> observer) { async_observer_ = std::move(observer); }
@@ -97,26 +111,22 @@ class Endpoint {
   // The same with the number chosen by someone else (the kernel module
   // numbers the QPs of kernel devices): returns `qpn`, or 0 if it is 0 or
   // already in use, or a CQ does not exist.
-  uint32_t create_qp_numbered(uint32_t qpn, uint32_t pd, uint32_t send_cq, uint32_t recv_cq,
-                              const QpConfig& config, uint32_t srq = 0);
+  uint32_t create_qp_numbered(uint32_t qpn, uint32_t pd, uint32_t send_cq, uint32_t recv_cq, const QpConfig& config,
+                              uint32_t srq = 0);
   // UD QPs (numbered from the same space; qpn 0: the engine numbers it).
   // max_message: the largest UD message (the port's active MTU).
   uint32_t create_ud_qp(uint32_t qpn, uint32_t pd, uint32_t send_cq, uint32_t recv_cq, uint32_t srq,
                         const QpConfig& config, uint32_t max_message);
-  // A UD QP to `next` (verbs order RESET -> INIT -> RTR -> RTS, ERROR, RESET),
-  // with a new Q_Key if given.
-  PostResult modify_ud_qp(uint32_t qpn, QpState next, std::optional<uint32_t> qkey);
   PostResult post_send_ud(uint32_t qpn, const UdSendWr& wr);
   PostResult destroy_qp(uint32_t qpn);
-  // INIT -> RTR with the peer and its QP number; RTR -> RTS; any -> ERROR / RESET.
-  PostResult modify_qp_to_init(uint32_t qpn);
-  PostResult modify_qp_to_rtr(uint32_t qpn, PeerId peer, uint32_t remote_qpn, const QpConfig& config);
-  PostResult modify_qp_to_rts(uint32_t qpn);
-  // RTR -> RTS taking the requester attributes verbs sets at this step
-  // (timeout, retry_cnt, rnr_retry, max_rd_atomic).
-  PostResult modify_qp_to_rts(uint32_t qpn, const QpConfig& config);
-  PostResult modify_qp_to_error(uint32_t qpn);
-  PostResult modify_qp_to_reset(uint32_t qpn);
+  // modify_qp's state change, for RC and UD QPs alike. Which changes exist is
+  // the table of include/metaroce/qp_rules.h, which the verbs layer and the
+  // kernel module check with their attribute masks; a change to the state a
+  // QP is in changes attributes only (here: a UD QP's Q_Key).
+  PostResult modify_qp(uint32_t qpn, const QpModify& modify);
+  // RESET -> INIT -> RTR -> RTS to `remote_qpn` on `peer`, for the callers
+  // that are not verbs (the simulator, benches, tests).
+  PostResult connect_qp(uint32_t qpn, PeerId peer, uint32_t remote_qpn, const QpConfig& config);
   std::optional<QpState> qp_state(uint32_t qpn) const;
 
   PostResult post_send(uint32_t qpn, const SendWr& wr);
@@ -238,7 +248,7 @@ class Endpoint {
   uint32_t next_srq_ = 1;
   uint32_t ud_tx_cursor_ = 0;  // round-robin start among UD QPs
   uint32_t next_qpn_index_ = 0;
-  PeerId tx_cursor_ = 0;  // round-robin start among connections
+  PeerId tx_cursor_ = 0;      // round-robin start among connections
   uint64_t planes_down_ = 0;  // bit per plane
   // Decoded form of the datagram being handled, kept between calls: a
   // Packet is over 1 KB, and zeroing a fresh one per datagram cost more than

@@ -31,26 +31,20 @@ void build_grh(const UdAddresses& addresses, size_t udp_payload_bytes, std::span
 
 UdQueuePair::UdQueuePair(Endpoint& endpoint, uint32_t qpn, uint32_t pd, uint32_t send_cq, uint32_t recv_cq,
                          SharedReceiveQueue* srq, const QpConfig& config, uint32_t max_message)
-    : endpoint_(endpoint), qpn_(qpn), pd_(pd), send_cq_(send_cq), recv_cq_(recv_cq), srq_(srq),
-      config_(config), max_message_(max_message) {}
+    : endpoint_(endpoint),
+      qpn_(qpn),
+      pd_(pd),
+      send_cq_(send_cq),
+      recv_cq_(recv_cq),
+      srq_(srq),
+      config_(config),
+      max_message_(max_message) {}
 
-PostResult UdQueuePair::modify(QpState next, std::optional<uint32_t> qkey) {
-  switch (next) {
-    case QpState::Init:
-      if (state_ != QpState::Reset && state_ != QpState::Init) return PostResult::BadState;
-      break;
-    case QpState::ReadyToReceive:
-      if (state_ != QpState::Init) return PostResult::BadState;
-      break;
-    case QpState::ReadyToSend:
-      if (state_ != QpState::ReadyToReceive && state_ != QpState::ReadyToSend) return PostResult::BadState;
-      break;
-    case QpState::Error: to_error(true); return PostResult::Ok;
-    case QpState::Reset: to_reset(); return PostResult::Ok;
-  }
+void UdQueuePair::modify(QpState next, std::optional<uint32_t> qkey) {
+  if (next == QpState::Error) return to_error(/*requested=*/true);
+  if (next == QpState::Reset) return to_reset();
   if (qkey) qkey_ = *qkey;
   state_ = next;
-  return PostResult::Ok;
 }
 
 void UdQueuePair::to_error(bool requested) {

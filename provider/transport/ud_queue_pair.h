@@ -26,8 +26,8 @@ class SharedReceiveQueue;
 
 // A UD send: the work request and where it goes.
 struct UdSendWr {
-  SendWr wr;             // Send or SendWithImm
-  PeerId peer = 0;       // the driver's name for the destination address and home port
+  SendWr wr;        // Send or SendWithImm
+  PeerId peer = 0;  // the driver's name for the destination address and home port
   uint32_t remote_qpn = 0;
   uint32_t remote_qkey = 0;  // high bit set: use the QP's own Q_Key (verbs)
 };
@@ -51,8 +51,9 @@ class UdQueuePair {
   QpState state() const { return state_; }
   uint32_t qkey() const { return qkey_; }
 
-  // RESET -> INIT -> RTR -> RTS (the Q_Key may change at any of them).
-  PostResult modify(QpState next, std::optional<uint32_t> qkey);
+  // Enters `next` (Endpoint::modify_qp has checked that it may), with a new
+  // Q_Key if given.
+  void modify(QpState next, std::optional<uint32_t> qkey);
   void to_error(bool requested = false);
   void to_reset();
 

@@ -32,18 +32,17 @@ bool supported_type(ibv_qp_type type, int& err) {
   return false;
 }
 
-constexpr uint64_t kSupportedSendOps =
-    IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
-    IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+constexpr uint64_t kSupportedSendOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+                                       IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
+                                       IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
 constexpr uint64_t kSupportedUdSendOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
 
 // IB spec minimum RNR NAK timer, in nanoseconds, by its 5-bit code.
 transport::Time rnr_timer_ns(uint8_t code) {
-  static constexpr uint32_t kMicros[32] = {
-      655360, 10,    20,    30,    40,    60,    80,    120,   160,   240,   320,
-      480,    640,   960,   1280,  1920,  2560,  3840,  5120,  7680,  10240, 15360,
-      20480,  30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520};
+  static constexpr uint32_t kMicros[32] = {655360, 10,    20,    30,     40,     60,     80,     120,
+                                           160,    240,   320,   480,    640,    960,    1280,   1920,
+                                           2560,   3840,  5120,  7680,   10240,  15360,  20480,  30720,
+                                           40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
   return static_cast<transport::Time>(kMicros[code & 31]) * 1000;
 }
 
@@ -56,6 +55,17 @@ ibv_qp_state from_engine(transport::QpState s) {
     case transport::QpState::Error: return IBV_QPS_ERR;
   }
   return IBV_QPS_ERR;
+}
+
+// qp_modify_check lets no QP into SQD or SQE.
+transport::QpState to_engine(ibv_qp_state s) {
+  switch (s) {
+    case IBV_QPS_RESET: return transport::QpState::Reset;
+    case IBV_QPS_INIT: return transport::QpState::Init;
+    case IBV_QPS_RTR: return transport::QpState::ReadyToReceive;
+    case IBV_QPS_RTS: return transport::QpState::ReadyToSend;
+    default: return transport::QpState::Error;
+  }
 }
 
 // The peer's (IP, home port) from the address vector and its QP number.
@@ -219,8 +229,8 @@ ibv_qp* create(Context* ctx, ibv_context* context, ibv_pd* pd, const ibv_qp_init
     uint32_t qpn = 0;
     if (a.qp_type == IBV_QPT_UD) {
       // UD messages are limited to the port's active MTU.
-      qpn = e.create_ud_qp(ctx->device->kernel ? q.qp_num : 0, qp->pd->id, qp->send_cq->id, qp->recv_cq->id,
-                           srq_id, qp->config, ib_mtu_bytes(ctx->active_mtu));
+      qpn = e.create_ud_qp(ctx->device->kernel ? q.qp_num : 0, qp->pd->id, qp->send_cq->id, qp->recv_cq->id, srq_id,
+                           qp->config, ib_mtu_bytes(ctx->active_mtu));
     } else {
       qpn = ctx->device->kernel
                 ? e.create_qp_numbered(q.qp_num, qp->pd->id, qp->send_cq->id, qp->recv_cq->id, qp->config, srq_id)
@@ -322,63 +332,38 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     if (qp->type == IBV_QPT_RC && cur == IBV_QPS_INIT && next == IBV_QPS_RTR &&
         !peer_address(*ctx, attr->ah_attr, attr->dest_qp_num, unused))
       return EINVAL;
-    struct ibv_modify_qp cmd{};
+    struct ibv_modify_qp cmd {};
     if (const int err = ibv_cmd_modify_qp(ibqp, attr, mask, &cmd, sizeof cmd)) return err;
   }
 
-  transport::QpConfig config = qp->config;
   const ibv_qp_attr previous = qp->attr;
   const transport::QpConfig previous_config = qp->config;
   remember(*qp, *attr, mask);
 
-  transport::PostResult r = transport::PostResult::Ok;
-  if (qp->type == IBV_QPT_UD) {
-    static constexpr transport::QpState kEngineState[] = {
-        transport::QpState::Reset, transport::QpState::Init, transport::QpState::ReadyToReceive,
-        transport::QpState::ReadyToSend, transport::QpState::Error, transport::QpState::Error,
-        transport::QpState::Error};
-    const std::optional<uint32_t> qkey = (mask & IBV_QP_QKEY) ? std::optional<uint32_t>(attr->qkey) : std::nullopt;
-    r = ctx->engine([&](transport::Endpoint& e) { return e.modify_ud_qp(qp->qpn, kEngineState[next], qkey); });
-    if (r == transport::PostResult::Ok && next == IBV_QPS_RESET) {
-      const ibv_qp_cap cap = qp->cap;
-      qp->attr = ibv_qp_attr{};
-      qp->attr.cap = cap;
-      qp->attr.port_num = 1;
-      qp->attr.path_mtu = ctx->active_mtu;
-    }
-  } else if (next == IBV_QPS_RESET) {
-    r = ctx->engine([&](transport::Endpoint& e) { return e.modify_qp_to_reset(qp->qpn); });
-    if (r == transport::PostResult::Ok) {
-      const ibv_qp_cap cap = qp->cap;
-      qp->attr = ibv_qp_attr{};
-      qp->attr.cap = cap;
-      qp->attr.port_num = 1;
-      qp->attr.path_mtu = ctx->active_mtu;
-    }
-  } else if (next == IBV_QPS_ERR) {
-    r = ctx->engine([&](transport::Endpoint& e) { return e.modify_qp_to_error(qp->qpn); });
-  } else if (cur == IBV_QPS_RESET && next == IBV_QPS_INIT) {
-    r = ctx->engine([&](transport::Endpoint& e) { return e.modify_qp_to_init(qp->qpn); });
-  } else if (cur == IBV_QPS_INIT && next == IBV_QPS_RTR) {
+  transport::QpModify modify{.next = to_engine(next), .config = qp->config};
+  if (qp->type == IBV_QPT_UD && (mask & IBV_QP_QKEY)) modify.qkey = attr->qkey;
+  if (qp->type == IBV_QPT_RC && cur == IBV_QPS_INIT && next == IBV_QPS_RTR) {
     sockaddr_storage peer_addr{};
     if (!peer_address(*ctx, attr->ah_attr, attr->dest_qp_num, peer_addr)) {
       qp->attr = previous;
       qp->config = previous_config;
       return EINVAL;
     }
-    const transport::PeerId peer = ctx->runtime->peer_for(peer_addr);
-    if (!ctx->route_peer(peer, peer_addr)) {
+    modify.peer = ctx->runtime->peer_for(peer_addr);
+    modify.remote_qpn = attr->dest_qp_num;
+    if (!ctx->route_peer(modify.peer, peer_addr)) {
       qp->attr = previous;
       qp->config = previous_config;
       return EACCES;  // authenticate/encrypt mode without a key for the peer
     }
-    config = qp->config;
-    r = ctx->engine([&](transport::Endpoint& e) {
-      return e.modify_qp_to_rtr(qp->qpn, peer, attr->dest_qp_num, config);
-    });
-  } else if (cur == IBV_QPS_RTR && next == IBV_QPS_RTS) {
-    config = qp->config;
-    r = ctx->engine([&](transport::Endpoint& e) { return e.modify_qp_to_rts(qp->qpn, config); });
+  }
+  const transport::PostResult r = ctx->engine([&](transport::Endpoint& e) { return e.modify_qp(qp->qpn, modify); });
+  if (r == transport::PostResult::Ok && next == IBV_QPS_RESET) {
+    const ibv_qp_cap cap = qp->cap;
+    qp->attr = ibv_qp_attr{};
+    qp->attr.cap = cap;
+    qp->attr.port_num = 1;
+    qp->attr.path_mtu = ctx->active_mtu;
   }
   if (r != transport::PostResult::Ok) {
     qp->attr = previous;

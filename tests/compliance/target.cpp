@@ -128,12 +128,8 @@ class Target {
 
   json hello() {
     const transport::EndpointConfig config = runtime_->with_engine([](Endpoint& e, Time) { return e.config(); });
-    return {{"ok", true},
-            {"address", address_},
-            {"home_port", runtime_->home_port()},
-            {"mtu", config.mtu},
-            {"paths", config.paths},
-            {"security", wire::to_string(config.security)}};
+    return {{"ok", true},        {"address", address_},   {"home_port", runtime_->home_port()},
+            {"mtu", config.mtu}, {"paths", config.paths}, {"security", wire::to_string(config.security)}};
   }
 
   json connect(const control::Request& r) {
@@ -147,10 +143,7 @@ class Target {
     const uint32_t qpn = runtime_->with_engine([&](Endpoint& e, Time) -> uint32_t {
       const uint32_t cq = e.create_cq(kCqDepth);
       const uint32_t n = e.create_qp(kPd, cq, cq, config);
-      if (n == 0 || e.modify_qp_to_init(n) != transport::PostResult::Ok ||
-          e.modify_qp_to_rtr(n, peer, r.peer_qpn, config) != transport::PostResult::Ok ||
-          e.modify_qp_to_rts(n, config) != transport::PostResult::Ok)
-        return 0;
+      if (n == 0 || e.connect_qp(n, peer, r.peer_qpn, config) != transport::PostResult::Ok) return 0;
       cq_of_[n] = cq;
       return n;
     });
@@ -184,8 +177,8 @@ class Target {
     std::memset(buffer.memory.get(), 0, rounded);
     buffer.length = length;
     const uint64_t addr = reinterpret_cast<uintptr_t>(buffer.memory.get());
-    const std::optional<uint32_t> key = runtime_->with_engine(
-        [&](Endpoint& e, Time) { return e.memory().register_region(kPd, addr, length, access); });
+    const std::optional<uint32_t> key =
+        runtime_->with_engine([&](Endpoint& e, Time) { return e.memory().register_region(kPd, addr, length, access); });
     if (!key) return failure("registration refused");
     // Buffers stay allocated until exit: a deregistered region's memory
     // must stay readable for the suite to show that nothing wrote it.

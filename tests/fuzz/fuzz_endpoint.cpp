@@ -143,8 +143,8 @@ constexpr uint32_t kQpnBaseA = 0x11;
 constexpr uint32_t kQpnBaseB = 0x211;
 constexpr uint32_t kPd = 1;
 constexpr uint32_t kOtherPd = 2;
-constexpr uint32_t kAll = tp::kAccessLocalWrite | tp::kAccessRemoteWrite | tp::kAccessRemoteRead |
-                          tp::kAccessRemoteAtomic;
+constexpr uint32_t kAll =
+    tp::kAccessLocalWrite | tp::kAccessRemoteWrite | tp::kAccessRemoteRead | tp::kAccessRemoteAtomic;
 constexpr size_t kGuard = 64;
 constexpr size_t kRecordBytes = 48;
 constexpr size_t kMaxRecords = 64;
@@ -164,8 +164,8 @@ constexpr uint8_t kCfgNoPartial = 0x08;  // skip the second, partially delivered
 // message) of the last hostile data packet, so that multi-packet hostile
 // messages interleave with everything else.
 enum Kind : uint8_t { kData0, kData1, kContinue, kAckKind, kNakKind, kProbeKind, kRawKind, kActionKind };
-constexpr uint8_t kOpToA = 0x08;    // deliver to A (from B's id) instead of to B
-constexpr uint8_t kOpCe = 0x10;     // CE-marked
+constexpr uint8_t kOpToA = 0x08;       // deliver to A (from B's id) instead of to B
+constexpr uint8_t kOpCe = 0x10;        // CE-marked
 constexpr uint8_t kOpSenderShift = 5;  // 2 bits: 0,1 = the real peer; 2 = stranger; 3 = odd ids
 // Record byte 1: low 3 bits clock step, bit 3 = burst (no timers/transmit after it).
 constexpr Time kSteps[8] = {0, 200, 1'000, 3'000, 10'000, 40'000, 300'000, 20'000'000};
@@ -190,8 +190,8 @@ Context g_ctx;
   va_start(args, fmt);
   std::vfprintf(stderr, fmt, args);
   va_end(args);
-  std::fprintf(stderr, "\nlast datagram delivered to %s from peer %u (%zu bytes):", g_ctx.last_to,
-               g_ctx.last_from, g_ctx.last_len);
+  std::fprintf(stderr, "\nlast datagram delivered to %s from peer %u (%zu bytes):", g_ctx.last_to, g_ctx.last_from,
+               g_ctx.last_len);
   for (size_t i = 0; i < g_ctx.last_len; ++i) std::fprintf(stderr, "%s%02x", i % 32 ? "" : "\n  ", g_ctx.last[i]);
   std::fprintf(stderr, "\n");
   std::abort();
@@ -380,11 +380,11 @@ struct Side {
   std::array<Region, 5> regions{};
   std::array<Target, 16> targets{};
   size_t target_count = 0;
-  std::array<uint32_t, 2> posted{};      // messages posted per QP = msn of the newest
-  std::array<uint32_t, 2> recv_users{};  // of those, how many consume a receive
+  std::array<uint32_t, 2> posted{};              // messages posted per QP = msn of the newest
+  std::array<uint32_t, 2> recv_users{};          // of those, how many consume a receive
   std::array<uint32_t, 2> reported_completed{};  // from this side's own ACKs
   std::array<bool, 2> reported{};
-  std::array<uint32_t, wire::kMaxPaths> sent_seq{};  // highest data path_seq transmitted
+  std::array<uint32_t, wire::kMaxPaths> sent_seq{};     // highest data path_seq transmitted
   std::array<uint32_t, wire::kMaxPaths> hostile_seq{};  // next path_seq the attacker uses towards here
   uint64_t delivered = 0;
   uint64_t completions = 0;
@@ -468,8 +468,7 @@ class World {
   void make_endpoint(Side& s, const char* name, PeerId self, PeerId peer, uint32_t qpn_base);
   void register_regions();
   Zone& add_zone(Side& s, size_t offset, size_t length);
-  void post_recv(Side& s, int qp, std::initializer_list<std::pair<size_t, size_t>> buffers, uint32_t lkey,
-                 bool zone);
+  void post_recv(Side& s, int qp, std::initializer_list<std::pair<size_t, size_t>> buffers, uint32_t lkey, bool zone);
   void post_recv_zones(Side& s, int qp, uint64_t wr_id, std::span<const tp::Sge> sges);
   bool post(Side& s, int qp, SendWr wr);
   SendWr local_wr(Side& s, WrOpcode op, size_t region, size_t offset, uint32_t length);
@@ -539,10 +538,7 @@ constexpr size_t arena_size(std::span<const size_t> lens) {
 }
 
 World::World(uint8_t cfg)
-    : cfg_(cfg),
-      roce_((cfg & kCfgRoce) != 0),
-      a_(arena_size(kARegionLen)),
-      b_(arena_size(kBRegionLen)) {}
+    : cfg_(cfg), roce_((cfg & kCfgRoce) != 0), a_(arena_size(kARegionLen)), b_(arena_size(kBRegionLen)) {}
 
 void World::make_endpoint(Side& s, const char* name, PeerId self, PeerId peer, uint32_t qpn_base) {
   EndpointConfig config;
@@ -563,14 +559,12 @@ void World::make_endpoint(Side& s, const char* name, PeerId self, PeerId peer, u
 void World::register_regions() {
   static constexpr const char* kBNames[kRegionsB] = {"B.R0-rw", "B.R1-no-remote-write", "B.R2-other-pd",
                                                      "B.R3-read-only", "B.R4-recv"};
-  static constexpr uint32_t kBAccess[kRegionsB] = {
-      kAll, tp::kAccessLocalWrite | tp::kAccessRemoteRead, kAll, tp::kAccessRemoteRead,
-      tp::kAccessLocalWrite};
-  static constexpr const char* kANames[kRegionsA] = {"A.source", "A.read-sink", "A.atomic-sink",
-                                                     "A.other-pd", "A.recv"};
-  static constexpr uint32_t kAAccess[kRegionsA] = {tp::kAccessLocalWrite | tp::kAccessRemoteRead,
-                                                   tp::kAccessLocalWrite, tp::kAccessLocalWrite, kAll,
-                                                   tp::kAccessLocalWrite};
+  static constexpr uint32_t kBAccess[kRegionsB] = {kAll, tp::kAccessLocalWrite | tp::kAccessRemoteRead, kAll,
+                                                   tp::kAccessRemoteRead, tp::kAccessLocalWrite};
+  static constexpr const char* kANames[kRegionsA] = {"A.source", "A.read-sink", "A.atomic-sink", "A.other-pd",
+                                                     "A.recv"};
+  static constexpr uint32_t kAAccess[kRegionsA] = {tp::kAccessLocalWrite | tp::kAccessRemoteRead, tp::kAccessLocalWrite,
+                                                   tp::kAccessLocalWrite, kAll, tp::kAccessLocalWrite};
   auto reg = [](Side& s, size_t count, const size_t* lens, const char* const* names, const uint32_t* access,
                 size_t other_pd) {
     size_t offset = kGuard;
@@ -579,8 +573,8 @@ void World::register_regions() {
       r.name = names[i];
       r.offset = offset;
       r.length = lens[i];
-      const auto key = s.ep->memory().register_region(i == other_pd ? kOtherPd : kPd, s.arena.addr(offset),
-                                                      lens[i], access[i]);
+      const auto key =
+          s.ep->memory().register_region(i == other_pd ? kOtherPd : kPd, s.arena.addr(offset), lens[i], access[i]);
       if (!key) fail("register_region refused %s", names[i]);
       r.key = *key;
       r.live = true;
@@ -637,8 +631,8 @@ SendWr World::local_wr(Side& s, WrOpcode op, size_t region, size_t offset, uint3
 
 bool World::post(Side& s, int qp, SendWr wr) {
   const bool rts = s.ep->qp_state(s.qpn[qp]) == QpState::ReadyToSend;
-  const bool sink = wr.opcode == WrOpcode::RdmaRead || wr.opcode == WrOpcode::FetchAdd ||
-                    wr.opcode == WrOpcode::CompareSwap;
+  const bool sink =
+      wr.opcode == WrOpcode::RdmaRead || wr.opcode == WrOpcode::FetchAdd || wr.opcode == WrOpcode::CompareSwap;
   if (sink) {
     const size_t offset = static_cast<size_t>(wr.sg[0].addr - s.arena.addr(0));
     add_zone(s, offset, wr.sg[0].length).wr_id = wr.wr_id;
@@ -653,8 +647,7 @@ bool World::post(Side& s, int qp, SendWr wr) {
   }
   if (rts) {
     ++s.posted[qp];
-    if (wr.opcode == WrOpcode::Send || wr.opcode == WrOpcode::SendWithImm ||
-        wr.opcode == WrOpcode::RdmaWriteWithImm)
+    if (wr.opcode == WrOpcode::Send || wr.opcode == WrOpcode::SendWithImm || wr.opcode == WrOpcode::RdmaWriteWithImm)
       ++s.recv_users[qp];
   }
   return true;
@@ -677,9 +670,7 @@ void World::on_completions(Side& s, uint32_t cq) {
   }
 }
 
-bool World::all_idle() const {
-  return a_.ep->next_wakeup() == tp::kNever && b_.ep->next_wakeup() == tp::kNever;
-}
+bool World::all_idle() const { return a_.ep->next_wakeup() == tp::kNever && b_.ep->next_wakeup() == tp::kNever; }
 
 void World::setup() {
   make_endpoint(a_, "A", kPeerA, kPeerB, kQpnBaseA);
@@ -696,12 +687,8 @@ void World::setup() {
   for (int i = 0; i < 2; ++i) {
     QpConfig c = qp_config;
     c.rnr_retry = i == 0 ? 7 : 2;
-    const bool ok = a_.ep->modify_qp_to_init(a_.qpn[i]) == PostResult::Ok &&
-                    b_.ep->modify_qp_to_init(b_.qpn[i]) == PostResult::Ok &&
-                    a_.ep->modify_qp_to_rtr(a_.qpn[i], kPeerB, b_.qpn[i], c) == PostResult::Ok &&
-                    b_.ep->modify_qp_to_rtr(b_.qpn[i], kPeerA, a_.qpn[i], c) == PostResult::Ok &&
-                    a_.ep->modify_qp_to_rts(a_.qpn[i]) == PostResult::Ok &&
-                    b_.ep->modify_qp_to_rts(b_.qpn[i]) == PostResult::Ok;
+    const bool ok = a_.ep->connect_qp(a_.qpn[i], kPeerB, b_.qpn[i], c) == PostResult::Ok &&
+                    b_.ep->connect_qp(b_.qpn[i], kPeerA, a_.qpn[i], c) == PostResult::Ok;
     if (!ok) fail("QP state transitions");
   }
   register_regions();
@@ -724,7 +711,7 @@ void World::setup() {
   post_recv(a_, 0, {{av + 512, 256}, {av + 800, 200}}, a_.regions[kARecv].key, true);
   // Buffers worth aiming at.
   b_.add_target(b_.arena.addr(r4), 520, r4key);
-  b_.add_target(b_.arena.addr(r4 + 2976), 64, r4key);  // B's outstanding READ sink
+  b_.add_target(b_.arena.addr(r4 + 2976), 64, r4key);                                // B's outstanding READ sink
   b_.add_target(b_.arena.addr(b_.regions[kR0Rw].offset), 8, b_.regions[kR0Rw].key);  // atomic target
   a_.add_target(a_.arena.addr(a_.regions[kReadSink].offset + 512), 256, a_.regions[kReadSink].key);
   a_.add_target(a_.arena.addr(a_.regions[kAtomicSink].offset + 16), 8, a_.regions[kAtomicSink].key);
@@ -767,8 +754,7 @@ void World::setup() {
   }
   if (a_.completions + b_.completions < want)
     fail("setup: the legitimate exchange did not complete (%llu of %llu completions)",
-         static_cast<unsigned long long>(a_.completions + b_.completions),
-         static_cast<unsigned long long>(want));
+         static_cast<unsigned long long>(a_.completions + b_.completions), static_cast<unsigned long long>(want));
 
   // Phase 2: delivered in part. B sees the SEND's middle chunk lost, so the
   // WRITE and READ behind it wait; QP1's atomic executes but its response,
@@ -834,9 +820,10 @@ void World::observe_tx(Side& from, std::span<const uint8_t> framed) {
                                                  tp::kAccessRemoteRead) == tp::AccessCheck::Ok;
       }
       if (!allowed)
-        fail("%s sent READ response bytes (QP %d msn %u offset %u, %zu bytes) from memory no READ request of "
-             "that message may read now (deregistered or never allowed)",
-             from.name, qp, p.data.msn, p.data.offset, p.payload.size());
+        fail(
+            "%s sent READ response bytes (QP %d msn %u offset %u, %zu bytes) from memory no READ request of "
+            "that message may read now (deregistered or never allowed)",
+            from.name, qp, p.data.msn, p.data.offset, p.payload.size());
     }
     if (p.data.opcode == wire::Opcode::AtomicResponse) {
       const int qp = from.qp_index(p.data.src_qpn);
@@ -847,13 +834,11 @@ void World::observe_tx(Side& from, std::span<const uint8_t> framed) {
         if (seen.qp != qp || seen.msn != p.data.msn) continue;
         known = true;
         if (seen.original != p.atomic_original)
-          fail("%s executed the atomic of QP %d msn %u twice: original %#llx, then %#llx", from.name, qp,
-               p.data.msn, static_cast<unsigned long long>(seen.original),
-               static_cast<unsigned long long>(p.atomic_original));
+          fail("%s executed the atomic of QP %d msn %u twice: original %#llx, then %#llx", from.name, qp, p.data.msn,
+               static_cast<unsigned long long>(seen.original), static_cast<unsigned long long>(p.atomic_original));
       }
       if (!known && from.atomic_response_count < from.atomic_responses.size())
-        from.atomic_responses[from.atomic_response_count++] = {static_cast<uint8_t>(qp), p.data.msn,
-                                                               p.atomic_original};
+        from.atomic_responses[from.atomic_response_count++] = {static_cast<uint8_t>(qp), p.data.msn, p.atomic_original};
     }
   } else if (p.common.type == wire::PacketType::Ack) {
     // The responder's own word on which messages completed.
@@ -873,8 +858,8 @@ void World::observe_tx(Side& from, std::span<const uint8_t> framed) {
 size_t World::drain(Side& from, Side& to, Filter filter) {
   size_t count = 0;
   while (const auto tx = from.ep->poll_transmit(now_, txbuf_)) {
-    if (++count > kDrainCap) fail("%s's poll_transmit does not drain at t=%llu", from.name,
-                                  static_cast<unsigned long long>(now_));
+    if (++count > kDrainCap)
+      fail("%s's poll_transmit does not drain at t=%llu", from.name, static_cast<unsigned long long>(now_));
     if (tx->peer != from.peer) fail("%s transmitted to peer %u, which it has no connection with", from.name, tx->peer);
     if (tx->length == 0 || tx->length > txbuf_.size()) fail("%s transmitted %u bytes", from.name, tx->length);
     const std::span<const uint8_t> datagram(txbuf_.data(), tx->length);
@@ -883,8 +868,8 @@ size_t World::drain(Side& from, Side& to, Filter filter) {
     if (filter == Filter::PartialPhase) {
       wire::Packet p;
       (void)wire::decode(datagram.first(datagram.size() - wire::kIntegrityTrailerBytes), p);
-      if (p.common.type == wire::PacketType::Data && p.data.opcode == wire::Opcode::Send &&
-          p.data.offset == kMtu && p.data.msg_length == 600)
+      if (p.common.type == wire::PacketType::Data && p.data.opcode == wire::Opcode::Send && p.data.offset == kMtu &&
+          p.data.msg_length == 600)
         continue;
     }
     deliver(to, from.self, datagram, false);
@@ -899,8 +884,8 @@ void World::check_memory() {
     const char* where = "a guard";
     for (const Region& r : s->regions)
       if (*bad >= r.offset && *bad < r.offset + r.length) where = r.name;
-    fail("%s's memory changed where it may not: offset %zu (%s), expected %#04x, found %#04x", s->name, *bad,
-         where, s->arena.expected(*bad), s->arena.actual(*bad));
+    fail("%s's memory changed where it may not: offset %zu (%s), expected %#04x, found %#04x", s->name, *bad, where,
+         s->arena.expected(*bad), s->arena.actual(*bad));
   }
 }
 
@@ -927,8 +912,7 @@ void World::deliver(Side& to, PeerId from, std::span<const uint8_t> datagram, bo
     if (!known) {
       if (to.atomic_request_count < to.atomic_requests.size())
         to.atomic_requests[to.atomic_request_count++] = {static_cast<uint8_t>(qp), p.data.msn};
-      else
-        to.atomic_requests_overflow = true;
+      else to.atomic_requests_overflow = true;
     }
   }
 
@@ -937,8 +921,8 @@ void World::deliver(Side& to, PeerId from, std::span<const uint8_t> datagram, bo
     bool known = false;
     for (size_t i = 0; i < to.read_request_count && !known; ++i) {
       const ReadSeen& r = to.read_requests[i];
-      known = r.qp == seen.qp && r.msn == seen.msn && r.addr == seen.addr && r.length == seen.length &&
-              r.rkey == seen.rkey;
+      known =
+          r.qp == seen.qp && r.msn == seen.msn && r.addr == seen.addr && r.length == seen.length && r.rkey == seen.rkey;
     }
     if (!known) {
       if (to.read_request_count < to.read_requests.size()) to.read_requests[to.read_request_count++] = seen;
@@ -958,8 +942,8 @@ void World::deliver(Side& to, PeerId from, std::span<const uint8_t> datagram, bo
   const size_t heap_after = heap_in_use();
   const EndpointCounters& after = to.ep->counters();
   if (counter(after, kRxDatagrams) != counter(before, kRxDatagrams) + 1 || after.rx_datagrams != to.delivered)
-    fail("%s.rx_datagrams is %llu after %llu deliveries", to.name,
-         static_cast<unsigned long long>(after.rx_datagrams), static_cast<unsigned long long>(to.delivered));
+    fail("%s.rx_datagrams is %llu after %llu deliveries", to.name, static_cast<unsigned long long>(after.rx_datagrams),
+         static_cast<unsigned long long>(to.delivered));
   int drop = -1;
   for (size_t index : kDropOnly)
     if (counter(after, index) != counter(before, index)) drop = static_cast<int>(index);
@@ -978,8 +962,10 @@ void World::deliver(Side& to, PeerId from, std::span<const uint8_t> datagram, bo
     }
     if (const auto at = to.arena.changed_since_snapshot())
       fail("%s: a dropped datagram (counter #%d) changed memory at offset %zu", to.name, drop, *at);
-    if (to.ep->next_wakeup() != wake_before) fail("%s: a dropped datagram (counter #%d) changed next_wakeup", to.name, drop);
-    if (to.completions != completions_before) fail("%s: a dropped datagram (counter #%d) completed work", to.name, drop);
+    if (to.ep->next_wakeup() != wake_before)
+      fail("%s: a dropped datagram (counter #%d) changed next_wakeup", to.name, drop);
+    if (to.completions != completions_before)
+      fail("%s: a dropped datagram (counter #%d) completed work", to.name, drop);
     if (heap_after != heap_before)
       fail("%s: a dropped datagram (counter #%d) left %lld bytes allocated", to.name, drop,
            static_cast<long long>(heap_after - heap_before));
@@ -1038,10 +1024,9 @@ uint16_t World::pick_path(Reader& r) {
 }
 
 size_t World::build_data(Reader& r, Kind kind, Side& to, Side& from, std::span<uint8_t> out) {
-  static constexpr wire::Opcode kRequestOps[] = {wire::Opcode::Send, wire::Opcode::Write, wire::Opcode::SendImm,
-                                                 wire::Opcode::WriteImm, wire::Opcode::ReadRequest,
-                                                 wire::Opcode::FetchAdd, wire::Opcode::CompareSwap,
-                                                 wire::Opcode::Write};
+  static constexpr wire::Opcode kRequestOps[] = {
+      wire::Opcode::Send,        wire::Opcode::Write,    wire::Opcode::SendImm,     wire::Opcode::WriteImm,
+      wire::Opcode::ReadRequest, wire::Opcode::FetchAdd, wire::Opcode::CompareSwap, wire::Opcode::Write};
   const uint8_t op_sel = r.u8();
   wire::Opcode op = kRequestOps[op_sel % 8];
   if (kind == kData1) {
@@ -1058,10 +1043,22 @@ size_t World::build_data(Reader& r, Kind kind, Side& to, Side& from, std::span<u
   const uint8_t q = r.u8();
   const int qp = q & 1;
   switch ((q >> 1) & 7) {
-    case 5: h.dst_qpn = to.qpn[qp]; h.src_qpn = from.qpn[qp ^ 1]; break;
-    case 6: h.dst_qpn = to.qpn[qp] + 2; h.src_qpn = from.qpn[qp]; break;
-    case 7: h.dst_qpn = r.u32(); h.src_qpn = r.u32(); break;
-    default: h.dst_qpn = to.qpn[qp]; h.src_qpn = from.qpn[qp]; break;
+    case 5:
+      h.dst_qpn = to.qpn[qp];
+      h.src_qpn = from.qpn[qp ^ 1];
+      break;
+    case 6:
+      h.dst_qpn = to.qpn[qp] + 2;
+      h.src_qpn = from.qpn[qp];
+      break;
+    case 7:
+      h.dst_qpn = r.u32();
+      h.src_qpn = r.u32();
+      break;
+    default:
+      h.dst_qpn = to.qpn[qp];
+      h.src_qpn = from.qpn[qp];
+      break;
   }
   if (q & 0x80) std::swap(h.dst_qpn, h.src_qpn);
   // Message number: around the requester's newest message.
@@ -1106,8 +1103,8 @@ size_t World::build_data(Reader& r, Kind kind, Side& to, Side& from, std::span<u
     default: length = r.u32(); break;
   }
   h.msg_length = static_cast<uint32_t>(length);
-  const bool atomic = op == wire::Opcode::FetchAdd || op == wire::Opcode::CompareSwap ||
-                      op == wire::Opcode::AtomicResponse;
+  const bool atomic =
+      op == wire::Opcode::FetchAdd || op == wire::Opcode::CompareSwap || op == wire::Opcode::AtomicResponse;
   if (atomic && !(l & 0x80)) h.msg_length = 8;
   size_t payload = 0;
   if (wire::carries_payload(op)) {
@@ -1147,8 +1144,7 @@ size_t World::build_data(Reader& r, Kind kind, Side& to, Side& from, std::span<u
   return encode_data_packet(r, path, last_, payload, out);
 }
 
-size_t World::encode_data_packet(Reader& r, uint16_t path, const LastData& d, size_t payload,
-                                 std::span<uint8_t> out) {
+size_t World::encode_data_packet(Reader& r, uint16_t path, const LastData& d, size_t payload, std::span<uint8_t> out) {
   const size_t header = wire::encode_data(out, {path, 4792}, d.h, &d.read, &d.atomic, &d.original, payload);
   if (header == 0) return 0;
   const uint8_t fill = r.u8();
@@ -1171,9 +1167,8 @@ size_t World::build_continue(Reader& r, Side& to, Side& from, std::span<uint8_t>
   if (sel & 0x10) h.recv_index += static_cast<uint32_t>(r.delta(3));
   if (sel & 0x08) h.flags = static_cast<uint8_t>(r.u8() & wire::kDataFlagsMask);
   if (sel & 0x04) h.attempt = static_cast<uint8_t>(h.attempt + 1);
-  const size_t payload = wire::carries_payload(h.opcode) && h.msg_length > h.offset
-                             ? std::min<size_t>(kMtu, h.msg_length - h.offset)
-                             : 0;
+  const size_t payload =
+      wire::carries_payload(h.opcode) && h.msg_length > h.offset ? std::min<size_t>(kMtu, h.msg_length - h.offset) : 0;
   return encode_data_packet(r, path, last_, payload, out);
 }
 
@@ -1188,7 +1183,8 @@ size_t World::build_ack(Reader& r, Side& to, std::span<uint8_t> out) {
   }
   ack.ack_delay_ns = (rate & 4) ? r.u32() : r.u8() * 100u;
   const uint8_t counts = r.u8();
-  ack.path_count = static_cast<uint8_t>((counts & 0x80) ? (counts & 0x1F) % (wire::kMaxAckPathBlocks + 1) : (counts & 3));
+  ack.path_count =
+      static_cast<uint8_t>((counts & 0x80) ? (counts & 0x1F) % (wire::kMaxAckPathBlocks + 1) : (counts & 3));
   ack.stream_count = static_cast<uint8_t>((counts >> 4) & 3);
   if (counts & 0x40) ack.stream_count = static_cast<uint8_t>(r.u8() % (wire::kMaxAckStreams + 1));
   for (uint8_t i = 0; i < ack.path_count; ++i) {
@@ -1201,7 +1197,10 @@ size_t World::build_ack(Reader& r, Side& to, std::span<uint8_t> out) {
       case 0: b.bits.fill(~uint64_t{0}); break;
       case 1: b.bits.fill(0); break;
       case 2: b.bits.fill(r.u64()); break;
-      default: b.bits.fill(~uint64_t{0}); b.bits[0] = r.u64(); break;
+      default:
+        b.bits.fill(~uint64_t{0});
+        b.bits[0] = r.u64();
+        break;
     }
   }
   for (uint8_t i = 0; i < ack.stream_count; ++i) {
@@ -1267,8 +1266,9 @@ void World::action(Reader& r) {
       break;
     }
     case 1:  // A sends
-      post(a_, qp, local_wr(a_, (sel & 0x10) ? WrOpcode::SendWithImm : WrOpcode::Send, kSource,
-                            r.u8() * 4u % 1024, r.u16() % 700));
+      post(a_, qp,
+           local_wr(a_, (sel & 0x10) ? WrOpcode::SendWithImm : WrOpcode::Send, kSource, r.u8() * 4u % 1024,
+                    r.u16() % 700));
       break;
     case 2: {  // B posts another receive
       if (spare_recv_next_ >= 4) break;
@@ -1293,12 +1293,8 @@ void World::action(Reader& r) {
       if (!a_.ep->memory().deregister(a_.regions[kReadSink].key)) fail("deregister A.read-sink");
       a_.regions[kReadSink].live = false;
       break;
-    case 5:
-      b_.ep->modify_qp_to_error(b_.qpn[qp]);
-      break;
-    case 6:
-      a_.ep->modify_qp_to_error(a_.qpn[qp]);
-      break;
+    case 5: b_.ep->modify_qp(b_.qpn[qp], {.next = metaroce::transport::QpState::Error}); break;
+    case 6: a_.ep->modify_qp(a_.qpn[qp], {.next = metaroce::transport::QpState::Error}); break;
     default: {  // A reads from B, or runs an atomic there
       if (sel & 0x10) {
         if (spare_atomic_next_ >= 4) break;
@@ -1440,8 +1436,8 @@ struct Stats {
   }
   ~Stats() {
     if (!on) return;
-    std::fprintf(stderr, "fuzz_endpoint: largest heap growth of one input %zu bytes (bound %zu)\n",
-                 max_heap_growth, kHeapBound);
+    std::fprintf(stderr, "fuzz_endpoint: largest heap growth of one input %zu bytes (bound %zu)\n", max_heap_growth,
+                 kHeapBound);
     std::fprintf(stderr, "fuzz_endpoint: counters summed over %llu inputs (B, A)\n",
                  static_cast<unsigned long long>(inputs));
     size_t i = 0;  // the counters' order in the list is their order in memory

@@ -52,8 +52,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint8_t> arena(kGuard + 4 * (kRecvBytes + kGuard), kCanary);
   const auto buffer = [&](int i) { return arena.data() + kGuard + static_cast<size_t>(i) * (kRecvBytes + kGuard); };
   const uint32_t pd = 1;
-  const std::optional<uint32_t> key = e.memory().register_region(pd, reinterpret_cast<uintptr_t>(arena.data()),
-                                                                 arena.size(), kAccessLocalWrite);
+  const std::optional<uint32_t> key =
+      e.memory().register_region(pd, reinterpret_cast<uintptr_t>(arena.data()), arena.size(), kAccessLocalWrite);
   check(key.has_value(), "register_region");
   const uint32_t cq = e.create_cq(16);
   const uint32_t srq = e.create_srq(pd, 4);
@@ -62,8 +62,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint32_t shared = e.create_ud_qp(0, pd, cq, cq, srq, qc, 1024);
   check(own == kQpn && shared == kQpn + 1, "UD QP numbers");
   for (const uint32_t qpn : {own, shared}) {
-    check(e.modify_ud_qp(qpn, QpState::Init, kQkey) == PostResult::Ok, "to INIT");
-    check(e.modify_ud_qp(qpn, QpState::ReadyToReceive, std::nullopt) == PostResult::Ok, "to RTR");
+    check(e.modify_qp(qpn, {.next = QpState::Init, .qkey = kQkey}) == PostResult::Ok, "to INIT");
+    check(e.modify_qp(qpn, {.next = QpState::ReadyToReceive}) == PostResult::Ok, "to RTR");
   }
   for (int i = 0; i < 4; ++i) {
     RecvWr wr;
@@ -103,7 +103,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check(c[0].byte_len >= 40 && c[0].byte_len <= kRecvBytes, "byte_len");
     check(after.rx_ud_delivered == before.rx_ud_delivered + 1, "rx_ud_delivered");
   }
-  for (size_t i = 0; i < arena.size(); ++i) check(writable[i] || arena[i] == kCanary, "a byte outside the receives changed");
+  for (size_t i = 0; i < arena.size(); ++i)
+    check(writable[i] || arena[i] == kCanary, "a byte outside the receives changed");
   std::vector<uint8_t> tx(e.max_datagram_bytes());
   check(!e.poll_transmit(0, tx), "a UD datagram was answered");
   return 0;

@@ -159,9 +159,7 @@ void connect(Side& a, Side& b, size_t bytes) {
   EXPECT_EQ(peer_of_a, 1u);
   auto bring_up = [](Side& s, transport::PeerId peer, uint32_t remote_qp) {
     s.runtime->with_engine([&](Endpoint& e, Time) {
-      EXPECT_EQ(e.modify_qp_to_init(s.qp), transport::PostResult::Ok);
-      EXPECT_EQ(e.modify_qp_to_rtr(s.qp, peer, remote_qp, qp_config()), transport::PostResult::Ok);
-      EXPECT_EQ(e.modify_qp_to_rts(s.qp), transport::PostResult::Ok);
+      EXPECT_EQ(e.connect_qp(s.qp, peer, remote_qp, qp_config()), transport::PostResult::Ok);
     });
   };
   bring_up(a, peer_of_b, b.qp);
@@ -265,7 +263,8 @@ void run_write_test(bool io_uring, bool gso) {
   EXPECT_EQ(r.receiver.placed_bytes % kMiB, 0u);
   EXPECT_GE(r.receiver.placed_bytes, bytes);
 
-  const RuntimeStats sa = stats_when(*p.a.runtime, [&](const RuntimeStats& s) { return s.datagrams_sent >= bytes / 4096; });
+  const RuntimeStats sa =
+      stats_when(*p.a.runtime, [&](const RuntimeStats& s) { return s.datagrams_sent >= bytes / 4096; });
   const RuntimeStats sb =
       stats_when(*p.b.runtime, [&](const RuntimeStats& s) { return s.datagrams_received > bytes / 4096 / 2; });
   EXPECT_GE(sa.datagrams_sent, bytes / 4096);
@@ -372,9 +371,7 @@ void write_to(Runtime& runtime, transport::PeerId peer, std::vector<uint8_t>& bu
     const auto key = e.memory().register_region(1, reinterpret_cast<uintptr_t>(buffer.data()), buffer.size(),
                                                 transport::kAccessLocalWrite);
     ASSERT_TRUE(key.has_value());
-    ASSERT_EQ(e.modify_qp_to_init(qp), transport::PostResult::Ok);
-    ASSERT_EQ(e.modify_qp_to_rtr(qp, peer, 1, qp_config()), transport::PostResult::Ok);
-    ASSERT_EQ(e.modify_qp_to_rts(qp), transport::PostResult::Ok);
+    ASSERT_EQ(e.connect_qp(qp, peer, 1, qp_config()), transport::PostResult::Ok);
     transport::SendWr wr;
     wr.opcode = transport::WrOpcode::RdmaWrite;
     wr.num_sge = 1;
@@ -525,8 +522,9 @@ TEST(IoRuntime, ConnectedPairIsIdleAfterTransfer) {
   EXPECT_TRUE(r.intact);
   // Let delayed ACKs and RTO timers run out (bounded), then observe.
   for (int i = 0; i < 200; ++i) {
-    const bool idle = p.a.runtime->with_engine([](Endpoint& e, Time) { return e.next_wakeup() == transport::kNever; }) &&
-                      p.b.runtime->with_engine([](Endpoint& e, Time) { return e.next_wakeup() == transport::kNever; });
+    const bool idle = p.a.runtime->with_engine([](Endpoint& e, Time) {
+      return e.next_wakeup() == transport::kNever;
+    }) && p.b.runtime->with_engine([](Endpoint& e, Time) { return e.next_wakeup() == transport::kNever; });
     if (idle) break;
     std::this_thread::sleep_for(10ms);
   }
@@ -590,7 +588,8 @@ TEST(IoRuntime, PeerIdsAreStableAndThreadSafe) {
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      for (uint16_t i = 0; i < kPorts; ++i) ids[t].push_back(runtime->peer_for(loopback(static_cast<uint16_t>(20000 + i))));
+      for (uint16_t i = 0; i < kPorts; ++i)
+        ids[t].push_back(runtime->peer_for(loopback(static_cast<uint16_t>(20000 + i))));
     });
   }
   for (auto& thread : threads) thread.join();
@@ -638,8 +637,9 @@ void run_unknown_sender_test(bool io_uring) {
   send(spoofed.data(), spoofed.size());
   ::close(fd);
 
-  EXPECT_EQ(stats_when(*p.b.runtime, [](const RuntimeStats& s) { return s.unknown_sender_drops >= 3; }).unknown_sender_drops,
-            3u);
+  EXPECT_EQ(
+      stats_when(*p.b.runtime, [](const RuntimeStats& s) { return s.unknown_sender_drops >= 3; }).unknown_sender_drops,
+      3u);
   uint64_t malformed = 0;
   for (int i = 0; i < 500 && malformed == 0; ++i) {
     malformed = p.b.runtime->with_engine([](Endpoint& e, Time) { return e.counters().rx_drop_malformed; });

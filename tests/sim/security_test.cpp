@@ -99,12 +99,8 @@ Link connect(Endpoint& a, Endpoint& b, QpConfig ca = {}, QpConfig cb = {}) {
   l.cq_b = b.create_cq(4096);
   l.qp_a = a.create_qp(kPd, l.cq_a, l.cq_a, ca);
   l.qp_b = b.create_qp(kPd, l.cq_b, l.cq_b, cb);
-  EXPECT_EQ(a.modify_qp_to_init(l.qp_a), PostResult::Ok);
-  EXPECT_EQ(b.modify_qp_to_init(l.qp_b), PostResult::Ok);
-  EXPECT_EQ(a.modify_qp_to_rtr(l.qp_a, kB, l.qp_b, ca), PostResult::Ok);
-  EXPECT_EQ(b.modify_qp_to_rtr(l.qp_b, kA, l.qp_a, cb), PostResult::Ok);
-  EXPECT_EQ(a.modify_qp_to_rts(l.qp_a), PostResult::Ok);
-  EXPECT_EQ(b.modify_qp_to_rts(l.qp_b), PostResult::Ok);
+  EXPECT_EQ(a.connect_qp(l.qp_a, kB, l.qp_b, ca), PostResult::Ok);
+  EXPECT_EQ(b.connect_qp(l.qp_b, kA, l.qp_a, cb), PostResult::Ok);
   return l;
 }
 
@@ -133,8 +129,8 @@ WcStatus complete(Pump& pump, Endpoint& e, uint32_t cq) {
 
 uint64_t drops(const EndpointCounters& c) {
   return c.rx_drop_malformed + c.rx_drop_integrity + c.rx_drop_security_mode + c.rx_drop_no_key +
-         c.rx_drop_stale_epoch + c.rx_drop_replay + c.rx_drop_unknown_peer + c.rx_drop_unknown_qp +
-         c.rx_drop_qp_state + c.rx_drop_out_of_window;
+         c.rx_drop_stale_epoch + c.rx_drop_replay + c.rx_drop_unknown_peer + c.rx_drop_unknown_qp + c.rx_drop_qp_state +
+         c.rx_drop_out_of_window;
 }
 
 wire::CommonHeader common_of(const Bytes& d) {
@@ -226,8 +222,9 @@ TEST(Incarnations, DatagramsForAnEarlierIncarnationOfUsAreDropped) {
   Endpoint a2(config(0xA2A2A2A2));
   const uint32_t cq = a2.create_cq(16);
   const uint32_t qp = a2.create_qp(kPd, cq, cq, {});
-  ASSERT_EQ(a2.modify_qp_to_init(qp), PostResult::Ok);
-  ASSERT_EQ(a2.modify_qp_to_rtr(qp, kB, l.qp_b, {}), PostResult::Ok);
+  ASSERT_EQ(a2.modify_qp(qp, {.next = QpState::Init}), PostResult::Ok);
+  ASSERT_EQ(a2.modify_qp(qp, {.next = QpState::ReadyToReceive, .peer = kB, .remote_qpn = l.qp_b, .config = {}}),
+            PostResult::Ok);
   Bytes sink2(kBytes, 0x5A);
   (void)a2.memory().register_region(kPd, addr(sink2.data()), sink2.size(), kAccess);
   for (const Bytes& d : named_a1) a2.on_datagram(pump.now, kB, d, false);
@@ -248,8 +245,9 @@ TEST(Incarnations, ANewEpochIsNotBelievedWhileTheCurrentOneTalks) {
   Endpoint impostor(config(0xB9B9B9B9));
   const uint32_t cq = impostor.create_cq(16);
   const uint32_t qp = impostor.create_qp(kPd, cq, cq, {});
-  ASSERT_EQ(impostor.modify_qp_to_init(qp), PostResult::Ok);
-  ASSERT_EQ(impostor.modify_qp_to_rtr(qp, kA, l.qp_a, {}), PostResult::Ok);
+  ASSERT_EQ(impostor.modify_qp(qp, {.next = QpState::Init}), PostResult::Ok);
+  ASSERT_EQ(impostor.modify_qp(qp, {.next = QpState::ReadyToReceive, .peer = kA, .remote_qpn = l.qp_a, .config = {}}),
+            PostResult::Ok);
   wire::Probe probe{1, 2};
   Bytes d(impostor.max_datagram_bytes());
   const size_t n = wire::encode_probe(d, {0, 4792}, wire::PacketType::Probe, probe);
@@ -317,10 +315,8 @@ TEST(InitialSequenceNumbers, AReconnectedQpIgnoresItsPreviousConnectionsMessages
   QpConfig c2;
   c2.sq_psn = c2.rq_psn = 0x00900000;
   for (auto [e, qp, peer, remote] : {std::tuple{&a, l.qp_a, kB, l.qp_b}, std::tuple{&b, l.qp_b, kA, l.qp_a}}) {
-    ASSERT_EQ(e->modify_qp_to_reset(qp), PostResult::Ok);
-    ASSERT_EQ(e->modify_qp_to_init(qp), PostResult::Ok);
-    ASSERT_EQ(e->modify_qp_to_rtr(qp, peer, remote, c2), PostResult::Ok);
-    ASSERT_EQ(e->modify_qp_to_rts(qp), PostResult::Ok);
+    ASSERT_EQ(e->modify_qp(qp, {.next = QpState::Reset}), PostResult::Ok);
+    ASSERT_EQ(e->connect_qp(qp, peer, remote, c2), PostResult::Ok);
   }
   // The old connection's data packets, as if still in flight (framed anew,
   // so that only the QP's message numbers can tell them apart).
@@ -421,13 +417,11 @@ TEST_P(Authenticated, APeerWithAnotherKeyGetsNothingThrough) {
 TEST_P(Authenticated, EncryptHidesThePayload) {
   const Bytes needle(source_.begin() + 4096, source_.begin() + 4096 + 32);
   bool seen = false;
-  for (const Bytes& d : pump_->a_to_b)
-    seen |= std::search(d.begin(), d.end(), needle.begin(), needle.end()) != d.end();
+  for (const Bytes& d : pump_->a_to_b) seen |= std::search(d.begin(), d.end(), needle.begin(), needle.end()) != d.end();
   EXPECT_EQ(seen, GetParam() == wire::Security::Authenticate);
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, Authenticated,
-                         ::testing::Values(wire::Security::Authenticate, wire::Security::Encrypt),
+INSTANTIATE_TEST_SUITE_P(Modes, Authenticated, ::testing::Values(wire::Security::Authenticate, wire::Security::Encrypt),
                          [](const auto& param_info) { return std::string(wire::to_string(param_info.param)); });
 
 TEST(IntegrityMode, EveryBitFlipOfAGenuineDatagramIsDropped) {

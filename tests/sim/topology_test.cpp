@@ -46,12 +46,8 @@ Pair connect(EngineHost& a, NodeId node_a, EngineHost& b, NodeId node_b) {
   p.cq_b = b.endpoint().create_cq(1024);
   p.qp_a = a.endpoint().create_qp(kPd, p.cq_a, p.cq_a, {});
   p.qp_b = b.endpoint().create_qp(kPd, p.cq_b, p.cq_b, {});
-  EXPECT_EQ(a.endpoint().modify_qp_to_init(p.qp_a), PostResult::Ok);
-  EXPECT_EQ(b.endpoint().modify_qp_to_init(p.qp_b), PostResult::Ok);
-  EXPECT_EQ(a.endpoint().modify_qp_to_rtr(p.qp_a, node_b, p.qp_b, {}), PostResult::Ok);
-  EXPECT_EQ(b.endpoint().modify_qp_to_rtr(p.qp_b, node_a, p.qp_a, {}), PostResult::Ok);
-  EXPECT_EQ(a.endpoint().modify_qp_to_rts(p.qp_a), PostResult::Ok);
-  EXPECT_EQ(b.endpoint().modify_qp_to_rts(p.qp_b), PostResult::Ok);
+  EXPECT_EQ(a.endpoint().connect_qp(p.qp_a, node_b, p.qp_b, {}), PostResult::Ok);
+  EXPECT_EQ(b.endpoint().connect_qp(p.qp_b, node_a, p.qp_a, {}), PostResult::Ok);
   return p;
 }
 
@@ -87,8 +83,8 @@ TEST(Topology, EcmpSwitchesSpreadOneConnectionOverATwoTierFabric) {
   std::vector<uint8_t> source(32 << 20), sink(32 << 20, 0);
   std::mt19937_64 rng(1);
   for (auto& byte : source) byte = static_cast<uint8_t>(rng());
-  const uint32_t lkey = *a.endpoint().memory().register_region(kPd, addr(source.data()), source.size(),
-                                                                transport::kAccessLocalWrite);
+  const uint32_t lkey =
+      *a.endpoint().memory().register_region(kPd, addr(source.data()), source.size(), transport::kAccessLocalWrite);
   const uint32_t rkey = *b.endpoint().memory().register_region(
       kPd, addr(sink.data()), sink.size(), transport::kAccessLocalWrite | transport::kAccessRemoteWrite);
   for (uint64_t i = 0; i < 32; ++i) {
@@ -188,11 +184,13 @@ IncastResult run_incast(size_t senders, uint64_t receiver_capacity_bps) {
     if (!all_done) sim.at(sim.now() + result.sample_interval, sample);
   };
   sim.at(0, sample);
-  sim.run_until([&] {
-    for (Time t : result.finish)
-      if (t == 0) return false;
-    return true;
-  }, 100'000'000);
+  sim.run_until(
+      [&] {
+        for (Time t : result.finish)
+          if (t == 0) return false;
+        return true;
+      },
+      100'000'000);
   for (size_t i = 0; i < senders; ++i) EXPECT_EQ(sinks[i], source) << "sender " << i;
   result.bottleneck = sim.stats(r_down);
   return result;
@@ -243,7 +241,8 @@ TEST(Topology, RateHintAlsoBoundsTheConnectionsDataInFlight) {
   const QpPair qp = rig.connect_qps({}, kPd);
   std::vector<uint8_t> source(8 << 20, 1), sink(8 << 20, 0);
   transport::Endpoint& a = rig.a().endpoint();
-  const uint32_t lkey = *a.memory().register_region(kPd, addr(source.data()), source.size(), transport::kAccessLocalWrite);
+  const uint32_t lkey =
+      *a.memory().register_region(kPd, addr(source.data()), source.size(), transport::kAccessLocalWrite);
   const uint32_t rkey = *rig.b().endpoint().memory().register_region(
       kPd, addr(sink.data()), sink.size(), transport::kAccessLocalWrite | transport::kAccessRemoteWrite);
   SendWr wr;

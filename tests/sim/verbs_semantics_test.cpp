@@ -252,7 +252,7 @@ TEST_F(VerbsSemantics, CompletionsFollowPostingOrderThoughDataLandsOutOfOrder) {
   recv.sg[0] = {addr(bbuf_.data() + 3'000'000), 10'000, bkey_};
   ASSERT_EQ(b().post_recv(qp_.qp_b, recv), PostResult::Ok);
   std::vector<SendWr> wrs;
-  wrs.push_back(write(0, 0, 2'000'000, 0));  // large: finishes last on the wire
+  wrs.push_back(write(0, 0, 2'000'000, 0));   // large: finishes last on the wire
   wrs.push_back(read(1, 2'500'000, 64, 16));  // inside what WR 0 writes
   SendWr send;
   send.wr_id = 2;
@@ -619,8 +619,7 @@ TEST_P(AccessErrors, AreNakedAndLeaveTargetMemoryUntouched) {
   const AccessCase& c = GetParam();
   make(0);
   std::vector<uint8_t> target(64 * 1024, 0x5a);
-  const uint32_t key = *b().memory().register_region(c.region_pd, addr(target.data()), target.size(),
-                                                      c.region_access);
+  const uint32_t key = *b().memory().register_region(c.region_pd, addr(target.data()), target.size(), c.region_access);
   SendWr wr;
   wr.wr_id = 1;
   wr.opcode = c.opcode;
@@ -648,8 +647,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         AccessCase{"write_past_end", WrOpcode::RdmaWrite, 64 * 1024 - 100, 101, kAllAccess, kPd},
         AccessCase{"write_before_start", WrOpcode::RdmaWrite, -1, 10, kAllAccess, kPd},
-        AccessCase{"write_without_permission", WrOpcode::RdmaWrite, 0, 10,
-                   kLocal | transport::kAccessRemoteRead, kPd},
+        AccessCase{"write_without_permission", WrOpcode::RdmaWrite, 0, 10, kLocal | transport::kAccessRemoteRead, kPd},
         AccessCase{"write_other_pd", WrOpcode::RdmaWrite, 0, 10, kAllAccess, kPd + 1},
         AccessCase{"read_without_permission", WrOpcode::RdmaRead, 0, 10, kLocal | transport::kAccessRemoteWrite, kPd},
         AccessCase{"atomic_without_permission", WrOpcode::FetchAdd, 0, 8, kLocal | transport::kAccessRemoteWrite, kPd}),
@@ -660,12 +658,15 @@ TEST_F(VerbsSemantics, StateMachineRefusesWhatVerbsRefuses) {
   SendWr wr = write(1, 0, 10, 0);
   const uint32_t cq = a().create_cq(16);
   const uint32_t qpn = a().create_qp(kPd, cq, cq, {});
-  EXPECT_EQ(a().post_send(qpn, wr), PostResult::BadState);                       // RESET
-  EXPECT_EQ(a().modify_qp_to_rtr(qpn, rig_->node_b(), 1, {}), PostResult::BadState);  // skips INIT
-  EXPECT_EQ(a().modify_qp_to_init(qpn), PostResult::Ok);
-  EXPECT_EQ(a().modify_qp_to_rts(qpn), PostResult::BadState);                    // skips RTR
-  EXPECT_EQ(a().destroy_cq(cq), PostResult::BadState);                           // in use
-  EXPECT_EQ(a().create_qp(kPd, 12345, cq, {}), 0u);                              // no such CQ
+  EXPECT_EQ(a().post_send(qpn, wr), PostResult::BadState);  // RESET
+  EXPECT_EQ(
+      a().modify_qp(
+          qpn, {.next = transport::QpState::ReadyToReceive, .peer = rig_->node_b(), .remote_qpn = 1, .config = {}}),
+      PostResult::BadState);  // skips INIT
+  EXPECT_EQ(a().modify_qp(qpn, {.next = transport::QpState::Init}), PostResult::Ok);
+  EXPECT_EQ(a().modify_qp(qpn, {.next = transport::QpState::ReadyToSend}), PostResult::BadState);  // skips RTR
+  EXPECT_EQ(a().destroy_cq(cq), PostResult::BadState);                                             // in use
+  EXPECT_EQ(a().create_qp(kPd, 12345, cq, {}), 0u);                                                // no such CQ
   EXPECT_EQ(a().post_send(99999, wr), PostResult::NoSuchObject);
   EXPECT_EQ(a().destroy_qp(qpn), PostResult::Ok);
   EXPECT_EQ(a().destroy_cq(cq), PostResult::Ok);
@@ -678,7 +679,7 @@ TEST_F(VerbsSemantics, ModifyToErrorFlushesPostedReceives) {
     wr.wr_id = i;
     ASSERT_EQ(b().post_recv(qp_.qp_b, wr), PostResult::Ok);
   }
-  ASSERT_EQ(b().modify_qp_to_error(qp_.qp_b), PostResult::Ok);
+  ASSERT_EQ(b().modify_qp(qp_.qp_b, {.next = transport::QpState::Error}), PostResult::Ok);
   Completion wc[8];
   ASSERT_EQ(b().poll_cq(qp_.cq_b, wc), 3u);
   for (uint64_t i = 0; i < 3; ++i) {

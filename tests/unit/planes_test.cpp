@@ -71,14 +71,10 @@ struct Transfer {
     cq_b = w.b.create_cq(64);
     qp_a = w.a.create_qp(kPd, cq_a, cq_a, {});
     qp_b = w.b.create_qp(kPd, cq_b, cq_b, {});
-    EXPECT_EQ(w.a.modify_qp_to_init(qp_a), PostResult::Ok);
-    EXPECT_EQ(w.b.modify_qp_to_init(qp_b), PostResult::Ok);
-    EXPECT_EQ(w.a.modify_qp_to_rtr(qp_a, kB, qp_b, {}), PostResult::Ok);
-    EXPECT_EQ(w.b.modify_qp_to_rtr(qp_b, kA, qp_a, {}), PostResult::Ok);
-    EXPECT_EQ(w.a.modify_qp_to_rts(qp_a), PostResult::Ok);
-    EXPECT_EQ(w.b.modify_qp_to_rts(qp_b), PostResult::Ok);
-    const uint32_t lkey = *w.a.memory().register_region(kPd, reinterpret_cast<uintptr_t>(source.data()), bytes,
-                                                        kAccessLocalWrite);
+    EXPECT_EQ(w.a.connect_qp(qp_a, kB, qp_b, {}), PostResult::Ok);
+    EXPECT_EQ(w.b.connect_qp(qp_b, kA, qp_a, {}), PostResult::Ok);
+    const uint32_t lkey =
+        *w.a.memory().register_region(kPd, reinterpret_cast<uintptr_t>(source.data()), bytes, kAccessLocalWrite);
     const uint32_t rkey = *w.b.memory().register_region(kPd, reinterpret_cast<uintptr_t>(sink.data()), bytes,
                                                         kAccessLocalWrite | kAccessRemoteWrite);
     SendWr wr;

@@ -86,8 +86,8 @@ void set_buffers(int fd, int bytes) {
 void run_raw(const Args& args, bool gso) {
   const size_t total = args.mib << 20;
   // What the engine puts on the wire per data packet in integrity mode.
-  const uint32_t datagram = args.mtu + static_cast<uint32_t>(metaroce::wire::kDataHeaderBytes +
-                                                             metaroce::wire::kIntegrityTrailerBytes);
+  const uint32_t datagram =
+      args.mtu + static_cast<uint32_t>(metaroce::wire::kDataHeaderBytes + metaroce::wire::kIntegrityTrailerBytes);
   const uint32_t per_send = gso ? std::max<uint32_t>(1, 65000 / datagram) : 1;
 
   const int rx = socket(AF_INET, SOCK_DGRAM, 0);
@@ -240,25 +240,16 @@ void run_metaroce(const Args& args, bool io_uring, bool gso, Security security, 
   b->with_engine([&](Endpoint& e, Time) {
     cq_b = e.create_cq(4096);
     qp_b = e.create_qp(1, cq_b, cq_b, qp_config);
-    key_b = *e.memory().register_region(
-        1, reinterpret_cast<uintptr_t>(sink.data()), total,
-        metaroce::transport::kAccessLocalWrite | metaroce::transport::kAccessRemoteWrite);
+    key_b =
+        *e.memory().register_region(1, reinterpret_cast<uintptr_t>(sink.data()), total,
+                                    metaroce::transport::kAccessLocalWrite | metaroce::transport::kAccessRemoteWrite);
   });
   const auto peer_b = a->peer_for(b->local_address());
   const auto peer_a = b->peer_for(a->local_address());
-  a->with_engine([&](Endpoint& ea, Time) {
-    b->with_engine([&](Endpoint& eb, Time) { key_endpoints(ea, peer_b, eb, peer_a); });
-  });
-  a->with_engine([&](Endpoint& e, Time) {
-    e.modify_qp_to_init(qp_a);
-    e.modify_qp_to_rtr(qp_a, peer_b, qp_b, qp_config);
-    e.modify_qp_to_rts(qp_a);
-  });
-  b->with_engine([&](Endpoint& e, Time) {
-    e.modify_qp_to_init(qp_b);
-    e.modify_qp_to_rtr(qp_b, peer_a, qp_a, qp_config);
-    e.modify_qp_to_rts(qp_b);
-  });
+  a->with_engine(
+      [&](Endpoint& ea, Time) { b->with_engine([&](Endpoint& eb, Time) { key_endpoints(ea, peer_b, eb, peer_a); }); });
+  a->with_engine([&](Endpoint& e, Time) { e.connect_qp(qp_a, peer_b, qp_b, qp_config); });
+  b->with_engine([&](Endpoint& e, Time) { e.connect_qp(qp_b, peer_a, qp_a, qp_config); });
   std::memset(sink.data(), 0, total);
 
   const double cpu0 = cpu_seconds();
@@ -300,19 +291,21 @@ void run_metaroce(const Args& args, bool io_uring, bool gso, Security security, 
   const RuntimeStats sb = b->stats();
   const auto ca = a->with_engine([](Endpoint& e, Time) { return e.counters(); });
   std::printf(
-      "{\"bench\":\"io_loopback\",\"case\":\"metaroce\",\"security\":\"%s\",\"backend\":\"%s\",\"gso\":%s,\"gro\":%s,\"bytes\":%zu,"
+      "{\"bench\":\"io_loopback\",\"case\":\"metaroce\",\"security\":\"%s\",\"backend\":\"%s\",\"gso\":%s,\"gro\":%s,"
+      "\"bytes\":%zu,"
       "\"message_bytes\":%zu,\"mtu\":%u,\"paths\":%u,\"burst_us\":%llu,\"intact\":%s,\"seconds\":%.4f,"
-      "\"goodput_gbps\":%.2f,\"cpu_seconds\":%.3f,\"cpu_ns_per_byte\":%.3f,\"datagrams_sent\":%llu,\"send_syscalls\":%llu,"
+      "\"goodput_gbps\":%.2f,\"cpu_seconds\":%.3f,\"cpu_ns_per_byte\":%.3f,\"datagrams_sent\":%llu,\"send_syscalls\":%"
+      "llu,"
       "\"gso_sends\":%llu,\"receiver_datagrams\":%llu,\"receiver_syscalls\":%llu,\"gro_receives\":%llu,"
       "\"retransmits\":%llu,\"sender_wakeups\":%llu,\"receiver_wakeups\":%llu}\n",
-      metaroce::wire::to_string(security), sa.io_uring ? "io_uring" : "sendmmsg", sa.gso ? "true" : "false", sb.gro ? "true" : "false", total, message,
-      args.mtu, args.paths, static_cast<unsigned long long>(args.burst_us), intact ? "true" : "false", wall,
-      intact ? static_cast<double>(total) * 8 / wall / 1e9 : 0.0, cpu, cpu * 1e9 / static_cast<double>(total),
-      static_cast<unsigned long long>(sa.datagrams_sent), static_cast<unsigned long long>(sa.send_syscalls),
-      static_cast<unsigned long long>(sa.gso_sends), static_cast<unsigned long long>(sb.datagrams_received),
-      static_cast<unsigned long long>(sb.receive_syscalls), static_cast<unsigned long long>(sb.gro_receives),
-      static_cast<unsigned long long>(ca.tx_retransmits), static_cast<unsigned long long>(sa.progress_wakeups),
-      static_cast<unsigned long long>(sb.progress_wakeups));
+      metaroce::wire::to_string(security), sa.io_uring ? "io_uring" : "sendmmsg", sa.gso ? "true" : "false",
+      sb.gro ? "true" : "false", total, message, args.mtu, args.paths, static_cast<unsigned long long>(args.burst_us),
+      intact ? "true" : "false", wall, intact ? static_cast<double>(total) * 8 / wall / 1e9 : 0.0, cpu,
+      cpu * 1e9 / static_cast<double>(total), static_cast<unsigned long long>(sa.datagrams_sent),
+      static_cast<unsigned long long>(sa.send_syscalls), static_cast<unsigned long long>(sa.gso_sends),
+      static_cast<unsigned long long>(sb.datagrams_received), static_cast<unsigned long long>(sb.receive_syscalls),
+      static_cast<unsigned long long>(sb.gro_receives), static_cast<unsigned long long>(ca.tx_retransmits),
+      static_cast<unsigned long long>(sa.progress_wakeups), static_cast<unsigned long long>(sb.progress_wakeups));
   std::fflush(stdout);
 }
 
@@ -342,15 +335,12 @@ void run_engine_only(const Args& args, Security security, std::vector<uint8_t>& 
   const uint32_t qp_a = a.create_qp(1, cq_a, cq_a, qp_config);
   const uint32_t cq_b = b.create_cq(4096);
   const uint32_t qp_b = b.create_qp(1, cq_b, cq_b, qp_config);
-  const uint32_t key_a = *a.memory().register_region(1, reinterpret_cast<uintptr_t>(source.data()), total, kAccessLocalWrite);
+  const uint32_t key_a =
+      *a.memory().register_region(1, reinterpret_cast<uintptr_t>(source.data()), total, kAccessLocalWrite);
   const uint32_t key_b = *b.memory().register_region(1, reinterpret_cast<uintptr_t>(sink.data()), total,
                                                      kAccessLocalWrite | kAccessRemoteWrite);
-  a.modify_qp_to_init(qp_a);
-  a.modify_qp_to_rtr(qp_a, 2, qp_b, qp_config);  // peer ids: a is 1, b is 2
-  a.modify_qp_to_rts(qp_a);
-  b.modify_qp_to_init(qp_b);
-  b.modify_qp_to_rtr(qp_b, 1, qp_a, qp_config);
-  b.modify_qp_to_rts(qp_b);
+  a.connect_qp(qp_a, 2, qp_b, qp_config);  // peer ids: a is 1, b is 2
+  b.connect_qp(qp_b, 1, qp_a, qp_config);
   std::memset(sink.data(), 0, total);
   std::vector<uint8_t> buffer(std::max(a.max_datagram_bytes(), b.max_datagram_bytes()));
   const double cpu0 = cpu_seconds();
@@ -420,11 +410,11 @@ bool parse(int argc, char** argv, Args& args) {
     else if (flag == "--security") {
       args.modes.clear();
       for (uint8_t m = 0; m < metaroce::wire::kSecurityCount; ++m)
-        if (std::strcmp(value, "all") == 0 || std::strcmp(value, metaroce::wire::to_string(static_cast<Security>(m))) == 0)
+        if (std::strcmp(value, "all") == 0 ||
+            std::strcmp(value, metaroce::wire::to_string(static_cast<Security>(m))) == 0)
           args.modes.push_back(static_cast<Security>(m));
       if (args.modes.empty()) return false;
-    }
-    else return false;
+    } else return false;
   }
   return args.mib > 0 && args.message_kib > 0 && args.paths > 0 && args.runs > 0;
 }

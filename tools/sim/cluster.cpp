@@ -82,11 +82,9 @@ Cluster::QpPair Cluster::connect(uint32_t a, uint32_t b, uint16_t rail, uint32_t
   pair.qp_a = ea.create_qp(pd, cq(a, rail), cq(a, rail), config);
   pair.qp_b = eb.create_qp(pd, cq(b, rail), cq(b, rail), config);
   using transport::PostResult;
-  const bool ok = pair.qp_a != 0 && pair.qp_b != 0 && ea.modify_qp_to_init(pair.qp_a) == PostResult::Ok &&
-                  eb.modify_qp_to_init(pair.qp_b) == PostResult::Ok &&
-                  ea.modify_qp_to_rtr(pair.qp_a, node_id(b, rail), pair.qp_b, config) == PostResult::Ok &&
-                  eb.modify_qp_to_rtr(pair.qp_b, node_id(a, rail), pair.qp_a, config) == PostResult::Ok &&
-                  ea.modify_qp_to_rts(pair.qp_a) == PostResult::Ok && eb.modify_qp_to_rts(pair.qp_b) == PostResult::Ok;
+  const bool ok = pair.qp_a != 0 && pair.qp_b != 0 &&
+                  ea.connect_qp(pair.qp_a, node_id(b, rail), pair.qp_b, config) == PostResult::Ok &&
+                  eb.connect_qp(pair.qp_b, node_id(a, rail), pair.qp_a, config) == PostResult::Ok;
   if (!ok) throw std::runtime_error("cluster: QP state transition failed");
   return pair;
 }

@@ -35,12 +35,8 @@ QpPair TwoHostRig::connect_qps(const transport::QpConfig& config, uint32_t pd) {
   pair.qp_a = ea.create_qp(pd, pair.cq_a, pair.cq_a, config);
   pair.qp_b = eb.create_qp(pd, pair.cq_b, pair.cq_b, config);
   using transport::PostResult;
-  const bool ok = ea.modify_qp_to_init(pair.qp_a) == PostResult::Ok &&
-                  eb.modify_qp_to_init(pair.qp_b) == PostResult::Ok &&
-                  ea.modify_qp_to_rtr(pair.qp_a, node_b_, pair.qp_b, config) == PostResult::Ok &&
-                  eb.modify_qp_to_rtr(pair.qp_b, node_a_, pair.qp_a, config) == PostResult::Ok &&
-                  ea.modify_qp_to_rts(pair.qp_a) == PostResult::Ok &&
-                  eb.modify_qp_to_rts(pair.qp_b) == PostResult::Ok;
+  const bool ok = ea.connect_qp(pair.qp_a, node_b_, pair.qp_b, config) == PostResult::Ok &&
+                  eb.connect_qp(pair.qp_b, node_a_, pair.qp_a, config) == PostResult::Ok;
   if (!ok) throw std::runtime_error("connect_qps: QP state transition failed");
   return pair;
 }
