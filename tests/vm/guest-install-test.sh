@@ -179,10 +179,5 @@ else
 fi
 
 # --- the kernel log ----------------------------------------------------------------
-bad='WARNING:|BUG:|Oops|general protection|Call Trace|refcount_t|use-after-free|still in use at unload|left at unload'
-if dmesg | grep -Eq "$bad"; then
-  not_ok "kernel log is free of warnings and oopses"; dmesg | grep -E -B2 -A20 "$bad" | head -n 40 | sed 's/^/#   /'
-else
-  pass "kernel log is free of warnings and oopses"
-fi
+check_kernel_log
 

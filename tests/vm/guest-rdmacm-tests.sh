@@ -388,13 +388,7 @@ for p in $PROGRAMS; do
   printf '# %-14s %16s %16s %16s\n' "$p" "${RESULT[$p,metaroce,0]:-n/a}" "${RESULT[$p,metaroce,1]:-n/a}" "${RESULT[$p,rxe,0]:-n/a}"
 done
 
-bad='WARNING:|BUG:|Oops|general protection|Call Trace|kmemleak|unreferenced object|refcount_t|use-after-free|list_del corruption|hung_task|INFO: task|still in use at unload|left at unload'
-if dmesg | grep -Eq "$bad"; then
-  not_ok "kernel log is free of warnings, oopses and leak reports"
-  dmesg | grep -E -B2 -A25 "$bad" | head -n 80 | sed 's/^/#   /'
-else
-  pass "kernel log is free of warnings, oopses and leak reports"
-fi
+check_kernel_log
 dmesg | grep -iE 'metaroce|ib_mad|cma|ib_cm' | tail -n 20 | sed 's/^/# dmesg: /'
 echo "# rdma_cm suite: $(elapsed "$suite_start")s in the guest"
 note "$BLOCKED blocked, $KNOWN known failures"

@@ -241,13 +241,6 @@ expect "rdma link del, rmmod" sh -c "rdma link del mr0 && rmmod metaroce"
 expect "rdma link del rxe0" rdma link del rxe0
 
 # --- the kernel log -------------------------------------------------------------
-# (metaroce itself reports port slots or devices left over at unload.)
-bad='WARNING:|BUG:|Oops|general protection|Call Trace|kmemleak|unreferenced object|refcount_t|use-after-free|list_del corruption|hung_task|INFO: task|still in use at unload|left at unload'
-if dmesg | grep -Eq "$bad"; then
-  not_ok "kernel log is free of warnings, oopses and leak reports"
-  dmesg | grep -E -B2 -A20 "$bad" | head -n 60 | sed 's/^/#   /'
-else
-  pass "kernel log is free of warnings, oopses and leak reports"
-fi
+check_kernel_log
 dmesg | grep -i metaroce | sed 's/^/# dmesg: /'
 
