@@ -234,8 +234,7 @@ bool discover(const std::string& dest, uint16_t dport, const std::string& source
     out.paths.push_back(std::move(path));
   }
   out.fallback = out.paths.empty();
-  out.when = std::chrono::steady_clock::now();
-  out.elapsed_ms = std::chrono::duration<double, std::milli>(out.when - start).count();
+  out.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return true;
 }
 

@@ -40,6 +40,8 @@ struct Discovery {
   uint32_t probes_sent = 0;
   uint32_t answers = 0;
   double elapsed_ms = 0;
+  // When it was found, on the daemon's clock: set by the server when the
+  // result comes back (PathCache expiry counts from it).
   std::chrono::steady_clock::time_point when{};
 };
 

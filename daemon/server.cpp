@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #include "server.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -27,8 +28,9 @@ constexpr uint32_t kMaxBadMessages = 64;
 // Leases one connection may hold: a context retries when a leased port
 // turns out to be taken by a process outside the daemon's pool.
 constexpr size_t kMaxLeasesPerClient = 8;
-// Owner of the block a `paths` request probes from, for the probe's duration.
-constexpr uint64_t kProbeOwner = ~uint64_t{0};
+// Owners of the blocks `paths` requests probe from, for each probe's duration:
+// counted down from here, far from client ids (counted up from 1).
+constexpr uint64_t kProbeOwnerLast = ~uint64_t{0};
 
 sockaddr_un unix_address(const std::string& path) {
   sockaddr_un a{};
@@ -39,8 +41,8 @@ sockaddr_un unix_address(const std::string& path) {
 
 }  // namespace
 
-Server::Server(Config config, std::string config_path)
-    : config_(std::move(config)), config_path_(std::move(config_path)) {}
+Server::Server(Config config, std::string config_path, const Clock& clock, Prober prober)
+    : config_(std::move(config)), config_path_(std::move(config_path)), clock_(clock), prober_(std::move(prober)) {}
 
 Server::~Server() {
   for (auto& [id, c] : clients_) ::close(c.fd);
@@ -49,8 +51,13 @@ Server::~Server() {
   if (signal_fd_ >= 0) ::close(signal_fd_);
 }
 
+std::chrono::steady_clock::time_point Server::now() const {
+  // The injected clock is CLOCK_MONOTONIC's timeline, as steady_clock's.
+  return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(clock_.now()));
+}
+
 bool Server::start(std::string& error) {
-  started_ = std::chrono::steady_clock::now();
+  started_ = now();
   allocator_ = std::make_unique<PortAllocator>(config_.ports);
   if (config_.security.mode != "integrity") {
     std::optional<std::vector<uint8_t>> secret = load_cluster_secret(config_.security.secret_file, error);
@@ -72,6 +79,11 @@ bool Server::start(std::string& error) {
     return false;
   }
   ::signal(SIGPIPE, SIG_IGN);
+  probes_ = std::make_unique<ProbeWorker>(std::move(prober_));
+  if (probes_->fd() < 0) {
+    error = std::string("eventfd: ") + std::strerror(errno);
+    return false;
+  }
 
   const std::string& path = config_.socket_path;
   std::error_code ec;
@@ -125,9 +137,13 @@ int Server::run() {
     fds.push_back({signal_fd_, POLLIN, 0});
     fds.push_back({listen_fd_, POLLIN, 0});
     fds.push_back({netlink_ ? netlink_->fd() : -1, POLLIN, 0});
+    fds.push_back({probes_->fd(), POLLIN, 0});
+    constexpr size_t kFirstClient = 4;
     std::vector<uint64_t> ids;
     for (const auto& [id, c] : clients_) {
-      fds.push_back({c.fd, POLLIN, 0});
+      // POLLHUP is reported without asking: a client that goes away while
+      // its probe runs is still noticed.
+      fds.push_back({c.fd, static_cast<short>(c.probing ? 0 : POLLIN), 0});
       ids.push_back(id);
     }
     const int n = ::poll(fds.data(), fds.size(), 1000);
@@ -135,7 +151,7 @@ int Server::run() {
       spdlog::critical("poll: {}", std::strerror(errno));
       return 1;
     }
-    paths_.expire(std::chrono::steady_clock::now(), config_.discovery.expiry_s);
+    paths_.expire(now(), config_.discovery.expiry_s);
     if (n <= 0) continue;
     if (fds[0].revents & POLLIN) {
       signalfd_siginfo info{};
@@ -152,8 +168,9 @@ int Server::run() {
     }
     if (fds[1].revents & POLLIN) accept_clients();
     if (fds[2].revents & POLLIN) netlink_->on_readable();
+    if (fds[3].revents & POLLIN) on_probe_results();
     for (size_t i = 0; i < ids.size(); ++i) {
-      const short ev = fds[3 + i].revents;
+      const short ev = fds[kFirstClient + i].revents;
       if (!ev) continue;
       auto it = clients_.find(ids[i]);
       if (it == clients_.end()) continue;
@@ -207,7 +224,9 @@ bool Server::on_client_readable(Client& c) {
 void Server::drop(uint64_t id) {
   auto it = clients_.find(id);
   if (it == clients_.end()) return;
-  const size_t released = allocator_->release_owner(id);
+  // A probe may still be binding the ports of this client's block: its
+  // leases return when the probe does (on_probe_results()).
+  const size_t released = it->second.probing ? 0 : allocator_->release_owner(id);
   stats_.forget(id);
   if (released) spdlog::info("pid {} gone: released {} lease(s)", it->second.cred.pid, released);
   ::close(it->second.fd);
@@ -224,22 +243,22 @@ void Server::handle(Client& c, const ctl::Message& m) {
         send(c, ctl::make_error("report before lease"));
         return;
       }
-      stats_.update(c.id, c.cred.pid, c.cred.uid, m.body, std::chrono::steady_clock::now());
+      stats_.update(c.id, c.cred.pid, c.cred.uid, m.body, now());
       return;  // reports are not answered: they are periodic and one-way
     case ctl::Type::Status:
       send(c, status());
       return;
     case ctl::Type::Stats: {
       nlohmann::json r = ctl::make(ctl::Type::Stats);
-      r["stats"] = stats_.to_json(std::chrono::steady_clock::now());
+      r["stats"] = stats_.to_json(now());
       send(c, r);
       return;
     }
     case ctl::Type::Paths:
-      send(c, paths(m.body));
+      if (const std::optional<nlohmann::json> r = paths(c, m.body)) send(c, *r);
       return;
     case ctl::Type::PeerPorts:
-      send(c, peer_ports(c, m.body));
+      if (const std::optional<nlohmann::json> r = peer_ports(c, m.body)) send(c, *r);
       return;
     case ctl::Type::PeerKey:
       send(c, peer_key(c, m.body));
@@ -328,41 +347,42 @@ nlohmann::json Server::peer_key(const Client& c, const nlohmann::json& body) {
   return r;
 }
 
-nlohmann::json Server::paths(const nlohmann::json& body) {
+std::optional<nlohmann::json> Server::paths(Client& c, const nlohmann::json& body) {
   const std::string dest = body["dest"].get<std::string>();
   const uint16_t dport = body.value("dport", config_.ports.home_first);
   const std::string source = body.value("source", "");
   const std::string key = PathCache::key(dest, dport, source);
-  const auto now = std::chrono::steady_clock::now();
   nlohmann::json r = ctl::make(ctl::Type::Paths);
   const bool refresh = body.value("refresh", false);
   if (!refresh) {
-    if (const Discovery* d = paths_.find(key, now, config_.discovery.interval_s)) {
+    if (const Discovery* d = paths_.find(key, now(), config_.discovery.interval_s)) {
       r.update(to_json(*d));
       r["cached"] = true;
       return r;
     }
   }
+  // discover() would refuse it on the worker; refused here, no block is taken.
+  in_addr unused{};
+  if (inet_pton(AF_INET, dest.c_str(), &unused) != 1)
+    return ctl::make_error("destination '" + dest + "' is not an IPv4 address");
   // Probe from a block of the pool, so that the probes disturb no lease.
   std::string error;
-  const std::optional<PortLease> l = allocator_->allocate(kProbeOwner, error);
+  const uint64_t owner = kProbeOwnerLast - probe_owners_++;
+  const std::optional<PortLease> l = allocator_->allocate(owner, error);
   if (!l) return ctl::make_error(error);
-  std::vector<uint16_t> candidates;
+  ProbeRequest request{dest, dport, source, {}, config_.discovery};
   for (uint32_t i = 0; i < std::min<uint32_t>(l->block_size, config_.discovery.probe_ports); ++i)
-    candidates.push_back(static_cast<uint16_t>(l->block_first + i));
-  Discovery d;
-  const bool ok = discover(dest, dport, source, candidates, config_.discovery, d, error);
-  allocator_->release_owner(kProbeOwner);
-  if (!ok) return ctl::make_error(error);
-  spdlog::info("discovery {} -> {} paths in {:.1f} ms ({} probes, {} answers)", key, d.paths.size(), d.elapsed_ms,
-               d.probes_sent, d.answers);
-  r.update(to_json(d));
-  r["cached"] = false;
-  paths_.put(key, std::move(d));
-  return r;
+    request.source_ports.push_back(static_cast<uint16_t>(l->block_first + i));
+  PendingProbe pending;
+  pending.type = ctl::Type::Paths;
+  pending.key = key;
+  pending.reply = std::move(r);
+  pending.probe_owner = owner;
+  submit_probe(c, std::move(pending), std::move(request));
+  return std::nullopt;
 }
 
-nlohmann::json Server::peer_ports(const Client& c, const nlohmann::json& body) {
+std::optional<nlohmann::json> Server::peer_ports(Client& c, const nlohmann::json& body) {
   const uint16_t home_port = body["home_port"].get<uint16_t>();
   const auto lease = std::find_if(c.leases.begin(), c.leases.end(),
                                   [&](const Client::Lease& l) { return l.ports.home_port == home_port; });
@@ -377,9 +397,8 @@ nlohmann::json Server::peer_ports(const Client& c, const nlohmann::json& body) {
   r["source_ports"] = nlohmann::json::array();
   r["cached"] = false;
   if (!config_.discovery.enabled) return r;
-  const auto now = std::chrono::steady_clock::now();
   if (auto it = single_path_dests_.find(dest); it != single_path_dests_.end()) {
-    if (now - it->second < std::chrono::seconds(config_.discovery.interval_s)) {
+    if (now() - it->second < std::chrono::seconds(config_.discovery.interval_s)) {
       r["cached"] = true;
       return r;
     }
@@ -388,33 +407,87 @@ nlohmann::json Server::peer_ports(const Client& c, const nlohmann::json& body) {
   // Probes go out from the lease's own block: the ports the context has
   // bound already cannot be bound here and are skipped, so what comes back
   // is free for the context to open.
-  std::vector<uint16_t> candidates;
+  ProbeRequest request{dest, dport, lease->address, {}, config_.discovery};
   for (uint32_t i = 0; i < std::min<uint32_t>(lease->ports.block_size, config_.discovery.probe_ports); ++i)
-    candidates.push_back(static_cast<uint16_t>(lease->ports.block_first + i));
-  Discovery d;
-  std::string error;
-  if (!discover(dest, dport, lease->address, candidates, config_.discovery, d, error)) {
-    spdlog::warn("pid {}: discovery to {} failed: {}", c.cred.pid, dest, error);
-    return r;
+    request.source_ports.push_back(static_cast<uint16_t>(lease->ports.block_first + i));
+  PendingProbe pending;
+  pending.type = ctl::Type::PeerPorts;
+  pending.key = PathCache::key(dest, dport, lease->address);
+  pending.reply = std::move(r);
+  pending.want = want;
+  pending.home_port = home_port;
+  submit_probe(c, std::move(pending), std::move(request));
+  return std::nullopt;
+}
+
+void Server::submit_probe(Client& c, PendingProbe pending, ProbeRequest request) {
+  pending.client = c.id;
+  pending.net_changes = net_changes_;
+  c.probing = true;
+  pending_.emplace(probes_->submit(std::move(request)), std::move(pending));
+}
+
+void Server::on_probe_results() {
+  for (ProbeResult& result : probes_->take()) {
+    auto it = pending_.find(result.ticket);
+    if (it == pending_.end()) continue;
+    PendingProbe p = std::move(it->second);
+    pending_.erase(it);
+    // The result is on the daemon's clock, whatever discover() read.
+    result.discovery.when = now();
+    if (p.type == ctl::Type::Paths) finish_paths(p, result);
+    else finish_peer_ports(p, result);
+    auto client = clients_.find(p.client);
+    if (client == clients_.end()) {
+      allocator_->release_owner(p.client);  // gone while probing: see drop()
+      continue;
+    }
+    client->second.probing = false;
+    send(client->second, p.reply);
   }
-  const std::vector<uint16_t> ports = spread_ports(d, want);
+}
+
+void Server::finish_paths(PendingProbe& p, ProbeResult& result) {
+  allocator_->release_owner(p.probe_owner);
+  if (!result.ok) {
+    p.reply = ctl::make_error(result.error);
+    return;
+  }
+  const Discovery& d = result.discovery;
+  spdlog::info("discovery {} -> {} paths in {:.1f} ms ({} probes, {} answers)", p.key, d.paths.size(), d.elapsed_ms,
+               d.probes_sent, d.answers);
+  p.reply.update(to_json(d));
+  p.reply["cached"] = false;
+  if (p.net_changes == net_changes_) paths_.put(p.key, std::move(result.discovery));
+}
+
+void Server::finish_peer_ports(PendingProbe& p, ProbeResult& result) {
+  auto client = clients_.find(p.client);
+  const pid_t pid = client != clients_.end() ? client->second.cred.pid : 0;
+  const std::string dest = p.reply["dest"].get<std::string>();
+  if (!result.ok) {
+    spdlog::warn("pid {}: discovery to {} failed: {}", pid, dest, result.error);
+    return;
+  }
+  const Discovery& d = result.discovery;
+  const std::vector<uint16_t> ports = spread_ports(d, p.want);
   std::string used;
-  for (uint16_t p : ports) used += (used.empty() ? "" : ",") + std::to_string(p);
-  if (ports.size() == want) {
-    r["spread"] = "discovered " + std::to_string(d.paths.size()) + " paths";
-    r["source_ports"] = ports;
+  for (uint16_t port : ports) used += (used.empty() ? "" : ",") + std::to_string(port);
+  if (ports.size() == p.want) {
+    p.reply["spread"] = "discovered " + std::to_string(d.paths.size()) + " paths";
+    p.reply["source_ports"] = ports;
   }
-  spdlog::info("pid {}: home port {} to {}:{}: {} in {:.1f} ms ({})", c.cred.pid, home_port, dest, dport,
-               r["spread"].get<std::string>(), d.elapsed_ms, ports.size() == want ? used : "hash spread");
-  if (d.paths.size() <= 1) single_path_dests_[dest] = now;
-  paths_.put(PathCache::key(dest, dport, lease->address), std::move(d));
-  return r;
+  spdlog::info("pid {}: home port {} to {}:{}: {} in {:.1f} ms ({})", pid, p.home_port, dest, d.dport,
+               p.reply["spread"].get<std::string>(), d.elapsed_ms, ports.size() == p.want ? used : "hash spread");
+  if (p.net_changes != net_changes_) return;  // the network changed meanwhile: nothing to remember
+  if (d.paths.size() <= 1) single_path_dests_[dest] = d.when;
+  paths_.put(p.key, std::move(result.discovery));
 }
 
 nlohmann::json Server::status() const {
   nlohmann::json r = ctl::make(ctl::Type::Status);
   r["pid"] = ::getpid();
-  r["uptime_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  r["uptime_s"] = std::chrono::duration<double>(now() - started_).count();
   r["config"] = config_path_;
   r["socket"] = config_.socket_path;
   r["planes"] = config_.planes;
@@ -423,6 +496,7 @@ nlohmann::json Server::status() const {
   r["free_blocks"] = allocator_->free_blocks();
   r["block_size"] = config_.ports.block_size;
   r["discovery_cache"] = paths_.size();
+  r["probes_outstanding"] = pending_.size();
   r["net_changes"] = net_changes_;
   nlohmann::json leases = nlohmann::json::array();
   for (const PortLease& l : allocator_->leases()) {

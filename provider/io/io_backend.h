@@ -9,15 +9,15 @@
 // (engine) -> release_received() -> send(batch).
 #pragma once
 
-#include <time.h>
-
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "metaroce/clock.h"
 #include "rx_slots.h"
 #include "tx_batch.h"
 #include "types.h"
@@ -38,6 +38,7 @@ struct BackendConfig {
   uint32_t tx_slot_bytes = 0;  // >= the engine's max_datagram_bytes()
   bool gso = false;            // UDP_SEGMENT usable
   const std::atomic<bool>* stop = nullptr;
+  const Clock* clock = nullptr;  // the runtime's: deadlines are on its timeline
 };
 
 struct BackendCounters {
@@ -52,12 +53,6 @@ struct BackendCounters {
   uint64_t gso_sends = 0;       // messages carrying more than one datagram
 };
 
-inline transport::Time monotonic_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<transport::Time>(ts.tv_sec) * 1'000'000'000 + static_cast<transport::Time>(ts.tv_nsec);
-}
-
 class IoBackend {
  public:
   explicit IoBackend(bool gso) : gso_(gso) {}
@@ -71,7 +66,7 @@ class IoBackend {
   bool gso() const { return gso_; }
 
   // Hands the kernel any queued sends, then sleeps until a datagram arrives,
-  // a kick, or `deadline` (CLOCK_MONOTONIC ns; kNever: no timeout). Does not
+  // a kick, or `deadline` (config.clock's ns; kNever: no timeout). Does not
   // sleep when deadline <= now or when received data is already waiting.
   // Returns how many times it slept.
   virtual uint32_t wait(transport::Time deadline) = 0;
@@ -102,6 +97,11 @@ class IoBackend {
   bool kicked_ = false;
   BackendCounters counters_;
 };
+
+// What RuntimeOptions::make_backend returns: the progress thread's backend,
+// built on that thread from the runtime's sockets. Null: the runtime fails to
+// start.
+using BackendFactory = std::function<std::unique_ptr<IoBackend>(const BackendConfig&)>;
 
 // Null (with the reason) when io_uring cannot be used here.
 std::unique_ptr<IoBackend> make_uring_backend(const BackendConfig& config, std::string& reason);

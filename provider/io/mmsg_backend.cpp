@@ -35,7 +35,7 @@ class MmsgBackend final : public IoBackend {
 
   uint32_t wait(transport::Time deadline) override {
     if (!messages_.empty()) return 0;
-    const transport::Time now = monotonic_ns();
+    const transport::Time now = config_.clock->now();
     if (deadline <= now) return 0;
     pollfd fds[2] = {{config_.home_fd, POLLIN, 0}, {config_.event_fd, POLLIN, 0}};
     timespec ts{};

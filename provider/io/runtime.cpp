@@ -18,7 +18,8 @@
 // every datagram due within it, and next_wakeup() names a pacing release half
 // a burst early: each iteration sends about half a burst of paced traffic in
 // one submission, and wake-up latency below half a burst costs no rate. The
-// engine always runs on CLOCK_MONOTONIC, so its RTT samples are honest.
+// engine runs on the runtime's clock (CLOCK_MONOTONIC unless a test injected
+// a fake one), so its RTT samples are honest.
 //
 // Unknown senders: a datagram whose (source IP, header home port) was never
 // named by peer_for(), or too short to carry a home port, is counted in
@@ -51,6 +52,8 @@
 namespace metaroce::io {
 namespace {
 
+static_assert(std::is_same_v<transport::Time, uint64_t>, "Clock::now() is a transport::Time");
+
 // Sleep used when an iteration did nothing although the engine claims to be
 // due: never spin on a stale wakeup time.
 constexpr transport::Time kStaleWakeupSleepNs = 20'000;
@@ -73,10 +76,26 @@ uint64_t drop_threshold(double probability) {
   return static_cast<uint64_t>(probability * 18446744073709551616.0);
 }
 
+// The backend when RuntimeOptions::make_backend is empty: io_uring if allowed
+// and the kernel lets us, else sendmmsg/recvmmsg.
+std::unique_ptr<IoBackend> default_backend(const BackendConfig& config, bool allow_io_uring) {
+  if (allow_io_uring) {
+    std::string reason;
+    if (std::unique_ptr<IoBackend> io = make_uring_backend(config, reason)) return io;
+    log_fallback_once(reason);
+  }
+  return make_mmsg_backend(config);
+}
+
+const Clock& clock_of(const RuntimeOptions& options) { return options.clock ? *options.clock : monotonic_clock(); }
+
 class RuntimeImpl final : public Runtime {
  public:
   explicit RuntimeImpl(const RuntimeOptions& options)
-      : options_(options), rng_(options.test_seed), drop_threshold_(drop_threshold(options.test_drop_probability)) {}
+      : Runtime(clock_of(options)),
+        options_(options),
+        rng_(options.test_seed),
+        drop_threshold_(drop_threshold(options.test_drop_probability)) {}
 
   ~RuntimeImpl() override { shutdown(); }
 
@@ -351,14 +370,14 @@ void RuntimeImpl::run(std::promise<std::string>& started) {
   config.tx_slot_bytes = static_cast<uint32_t>(max_datagram_);
   config.gso = gso_;
   config.stop = &stop_;
+  config.clock = &clock_of(options_);
 
-  std::unique_ptr<IoBackend> io;
-  if (options_.allow_io_uring) {
-    std::string reason;
-    io = make_uring_backend(config, reason);
-    if (!io) log_fallback_once(reason);
+  std::unique_ptr<IoBackend> io =
+      options_.make_backend ? options_.make_backend(config) : default_backend(config, options_.allow_io_uring);
+  if (!io) {
+    started.set_value("the backend factory made no backend");
+    return;
   }
-  if (!io) io = make_mmsg_backend(config);
   shared_.io_uring.store(io->is_io_uring());
   publish(*io);
   started.set_value(std::string());  // `started` must not be touched after this
@@ -382,7 +401,7 @@ void RuntimeImpl::progress_loop(IoBackend& io) {
     transport::Time next = transport::kNever;
     {
       std::lock_guard<std::mutex> lock(engine_mutex_);
-      clock = Runtime::now();
+      clock = now();
       // The view first: a peer map it holds names sockets already published.
       peers_->refresh(view_);
       sync_path_sockets(io);
@@ -422,7 +441,7 @@ void RuntimeImpl::send_what_is_owed(IoBackend& io) {
   TxBatch& batch = io.tx_batch();
   {
     std::lock_guard<std::mutex> lock(engine_mutex_);
-    const transport::Time clock = Runtime::now();
+    const transport::Time clock = now();
     peers_->refresh(view_);
     engine_->flush_owed(clock);
     while (!batch.full()) {
@@ -435,7 +454,7 @@ void RuntimeImpl::send_what_is_owed(IoBackend& io) {
     batch.build(view_, path_count_, socket_count_, io.gso(), counters_.unroutable);
     io.send(batch);
   }
-  io.drain_sends(Runtime::now() + kOwedSendsTimeoutNs);
+  io.drain_sends(now() + kOwedSendsTimeoutNs);
   publish(io);
 }
 
@@ -530,7 +549,5 @@ std::unique_ptr<Runtime> Runtime::create(const RuntimeOptions& options, std::str
   if (!runtime->start(error)) return nullptr;
   return runtime;
 }
-
-transport::Time Runtime::now() { return monotonic_ns(); }
 
 }  // namespace metaroce::io

@@ -14,6 +14,11 @@
 // Threading: the engine is not thread-safe; every access goes through
 // with_engine(), which holds the runtime's lock. The progress thread takes the
 // same lock for each batch of datagrams and timers.
+//
+// Injected (RuntimeOptions): the clock the engine, the progress loop and the
+// backend share, and the factory of the backend, so that tests drive the
+// progress loop with a FakeClock and a scripted backend (tests/io/) instead
+// of real time and the kernel.
 #pragma once
 
 #include <netinet/in.h>
@@ -28,8 +33,12 @@
 #include <vector>
 
 #include "endpoint.h"
+#include "metaroce/clock.h"
 
 namespace metaroce::io {
+
+class IoBackend;
+struct BackendConfig;
 
 struct RuntimeOptions {
   // Local IPv4 or IPv6 literal to bind every socket to (the device's address).
@@ -59,6 +68,13 @@ struct RuntimeOptions {
   // thread may release in one submission. The engine caps it at a quarter of
   // its minimum RTO. 0 = strictly paced, one datagram per path per wake-up.
   transport::Time pacing_burst_ns = 100'000;
+  // The clock of the engine, the progress loop and the backend; null:
+  // monotonic_clock(). Shared so that the runtime keeps it alive.
+  std::shared_ptr<const Clock> clock;
+  // Makes the progress thread's backend (io_backend.h, BackendFactory); empty:
+  // io_uring when allow_io_uring and the kernel allow it, else
+  // sendmmsg/recvmmsg. A test's factory makes a fake backend.
+  std::function<std::unique_ptr<IoBackend>(const BackendConfig&)> make_backend;
 };
 
 struct RuntimeStats {
@@ -129,15 +145,18 @@ class Runtime {
   virtual uint16_t source_port(transport::PeerId peer, uint16_t path) const = 0;
   // The address (IP + home port) a peer id stands for.
   virtual std::optional<sockaddr_storage> peer_address(transport::PeerId) const = 0;
-  // CLOCK_MONOTONIC in nanoseconds.
-  static transport::Time now();
+  // The injected clock's time (CLOCK_MONOTONIC ns by default).
+  transport::Time now() const { return clock_.now(); }
 
  protected:
-  Runtime() = default;
+  explicit Runtime(const Clock& clock) : clock_(clock) {}
   virtual transport::Endpoint& engine() = 0;
   // Wakes the progress thread (e.g. eventfd write); cheap when already awake.
   virtual void kick() = 0;
   std::mutex engine_mutex_;
+
+ private:
+  const Clock& clock_;
 };
 
 }  // namespace metaroce::io

@@ -77,8 +77,8 @@ class UringBackend final : public IoBackend {
     io_uring_sqe* sqe = get_sqe();
     io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
     io_uring_sqe_set_data64(sqe, user_data(kTagCancel, 0, 0));
-    const transport::Time give_up = monotonic_ns() + 2'000'000'000;
-    while (outstanding() > 0 && monotonic_ns() < give_up) {
+    const transport::Time give_up = config_.clock->now() + 2'000'000'000;
+    while (outstanding() > 0 && config_.clock->now() < give_up) {
       io_uring_cqe* cqe = nullptr;
       __kernel_timespec ts = to_kernel_timespec(10'000'000);
       (void)io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
@@ -147,10 +147,10 @@ class UringBackend final : public IoBackend {
   uint32_t wait(transport::Time deadline) override {
     arm_kick();
     if (provided_ && !multishot_armed_ && messages_.empty() && !shutting_down_) arm_multishot();
-    if (pending_sends_ > 0 || !messages_.empty() || kicked_ || deadline <= monotonic_ns()) {
+    if (pending_sends_ > 0 || !messages_.empty() || kicked_ || deadline <= config_.clock->now()) {
       // Submit what is queued and collect completions without sleeping.
       enter_nowait();
-      if (!messages_.empty() || kicked_ || deadline <= monotonic_ns()) return 0;
+      if (!messages_.empty() || kicked_ || deadline <= config_.clock->now()) return 0;
     }
     // Under a stream of datagrams, sleep until several completions are
     // ready (or a short while passes) rather than until the first: with
@@ -165,7 +165,7 @@ class UringBackend final : public IoBackend {
       if (deadline == transport::kNever && !streaming) {
         result = io_uring_submit_and_wait(&ring_, 1);
       } else {
-        const transport::Time now = monotonic_ns();
+        const transport::Time now = config_.clock->now();
         if (deadline <= now) break;
         transport::Time wait = deadline - now;
         if (streaming) wait = std::min(wait, kStreamingWaitNs);
@@ -210,7 +210,7 @@ class UringBackend final : public IoBackend {
 
   TxBatch& tx_batch() override {
     TxBatch& batch = *arenas_[current_];
-    const transport::Time give_up = monotonic_ns() + 1'000'000'000;
+    const transport::Time give_up = config_.clock->now() + 1'000'000'000;
     while (batch.inflight > 0) {
       // The kernel still reads this arena (sends waiting for socket buffer
       // space): wait for them; receive completions are kept for later.
@@ -220,7 +220,7 @@ class UringBackend final : public IoBackend {
       ++counters_.receive_syscalls;
       count_send_submission();
       reap();
-      if (config_.stop->load(std::memory_order_relaxed) && monotonic_ns() > give_up) break;
+      if (config_.stop->load(std::memory_order_relaxed) && config_.clock->now() > give_up) break;
     }
     batch.clear();
     return batch;
@@ -257,7 +257,7 @@ class UringBackend final : public IoBackend {
       enter_nowait();
       size_t inflight = 0;
       for (const auto& arena : arenas_) inflight += arena->inflight;
-      const transport::Time now = monotonic_ns();
+      const transport::Time now = config_.clock->now();
       if (inflight == 0 || now >= deadline) return;
       io_uring_cqe* cqe = nullptr;
       __kernel_timespec ts = to_kernel_timespec(std::min<transport::Time>(deadline - now, 1'000'000));

@@ -213,19 +213,29 @@ TransferResult transfer(Side& a, Side& b, CompletionWaiter& waiter, size_t bytes
   return r;
 }
 
-// Waits (bounded) until `ready(runtime.stats())` holds and returns those
-// stats. The runtime publishes its counters at the end of a progress-loop
+// Polls `done()` every millisecond until it holds or `limit` passed (a safety
+// net, never an expectation about speed); whether it held. For state the
+// progress thread publishes without signalling anybody (its counters, its
+// engine's timers); the pause between polls only spares the shared cores.
+template <typename Done>
+bool eventually(Done done, std::chrono::seconds limit = 60s) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+// The stats once `ready(stats)` holds (or the last ones after the safety
+// timeout). The runtime publishes its counters at the end of a progress-loop
 // iteration and counts a datagram sent when its send completion is reaped,
 // which may come after the completion that woke the test: a count read at
 // once can be short of the work already done.
 template <typename Ready>
-RuntimeStats stats_when(const Runtime& runtime, Ready ready, std::chrono::seconds limit = 10s) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
+RuntimeStats stats_when(const Runtime& runtime, Ready ready) {
   RuntimeStats s = runtime.stats();
-  while (!ready(s) && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(1ms);
-    s = runtime.stats();
-  }
+  eventually([&] { return ready(s = runtime.stats()); });
   return s;
 }
 
@@ -498,20 +508,9 @@ TEST(IoRuntime, FallsBackWhenIoUringIsBlocked) {
 }
 
 // --- idleness --------------------------------------------------------------------
-
-uint64_t wakeups_over(Runtime& runtime, std::chrono::milliseconds window) {
-  const uint64_t before = runtime.stats().progress_wakeups;
-  std::this_thread::sleep_for(window);  // an observation window, not a synchronisation
-  return runtime.stats().progress_wakeups - before;
-}
-
-TEST(IoRuntime, IdleRuntimeSleeps) {
-  for (const bool io_uring : {true, false}) {
-    auto runtime = make_runtime(test_options(io_uring, true));
-    ASSERT_NE(runtime, nullptr);
-    EXPECT_LE(wakeups_over(*runtime, 300ms), 3u) << (io_uring ? "io_uring" : "fallback");
-  }
-}
+// That an idle engine puts the progress thread to sleep without a deadline,
+// and how often it wakes, is runtime_loop_test.cpp's, on a fake clock and
+// backend. Here: after a real transfer, both engines do become idle.
 
 TEST(IoRuntime, ConnectedPairIsIdleAfterTransfer) {
   Pair p;
@@ -520,16 +519,11 @@ TEST(IoRuntime, ConnectedPairIsIdleAfterTransfer) {
   if (::testing::Test::HasFatalFailure()) return;
   const TransferResult r = transfer(p.a, p.b, p.waiter, bytes, kMiB, 5);
   EXPECT_TRUE(r.intact);
-  // Let delayed ACKs and RTO timers run out (bounded), then observe.
-  for (int i = 0; i < 200; ++i) {
-    const bool idle = p.a.runtime->with_engine([](Endpoint& e, Time) {
-      return e.next_wakeup() == transport::kNever;
-    }) && p.b.runtime->with_engine([](Endpoint& e, Time) { return e.next_wakeup() == transport::kNever; });
-    if (idle) break;
-    std::this_thread::sleep_for(10ms);
-  }
-  EXPECT_LE(wakeups_over(*p.a.runtime, 300ms), 5u);
-  EXPECT_LE(wakeups_over(*p.b.runtime, 300ms), 5u);
+  // Delayed ACKs and RTO timers run out on the progress threads' own time.
+  auto idle = [](Runtime& runtime) {
+    return runtime.with_engine([](Endpoint& e, Time) { return e.next_wakeup() == transport::kNever; });
+  };
+  EXPECT_TRUE(eventually([&] { return idle(*p.a.runtime) && idle(*p.b.runtime); }));
 }
 
 // --- sockets and peers -------------------------------------------------------------
@@ -641,10 +635,10 @@ void run_unknown_sender_test(bool io_uring) {
       stats_when(*p.b.runtime, [](const RuntimeStats& s) { return s.unknown_sender_drops >= 3; }).unknown_sender_drops,
       3u);
   uint64_t malformed = 0;
-  for (int i = 0; i < 500 && malformed == 0; ++i) {
+  eventually([&] {
     malformed = p.b.runtime->with_engine([](Endpoint& e, Time) { return e.counters().rx_drop_malformed; });
-    if (malformed == 0) std::this_thread::sleep_for(2ms);
-  }
+    return malformed != 0;
+  });
   EXPECT_EQ(malformed, 1u);
   // Still works.
   const TransferResult r = transfer(p.a, p.b, p.waiter, bytes, kMiB, 4);
@@ -665,7 +659,8 @@ void run_teardown_test(bool io_uring, bool sender_first) {
   post_writes(p.a, p.b, bytes, kMiB);
   // Let some of it be on the wire (bounded wait on a stats counter).
   stats_when(*p.b.runtime, [](const RuntimeStats& s) { return s.datagrams_received >= 100; });
-  const auto start = std::chrono::steady_clock::now();
+  // Each reset joins its progress thread: the test passing is the teardown
+  // finishing (meson's timeout is the safety net).
   if (sender_first) {
     p.a.runtime.reset();
     p.b.runtime.reset();
@@ -673,7 +668,8 @@ void run_teardown_test(bool io_uring, bool sender_first) {
     p.b.runtime.reset();
     p.a.runtime.reset();
   }
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  EXPECT_EQ(p.a.runtime, nullptr);
+  EXPECT_EQ(p.b.runtime, nullptr);
 }
 
 TEST(IoRuntime, TeardownWithWorkInFlightIoUring) {

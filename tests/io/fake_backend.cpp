@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+#include "fake_backend.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <utility>
+
+namespace metaroce::io::test {
+namespace {
+
+// How long await_sleep() waits for the progress thread: a safety net for a
+// hung runtime (the test fails instead of hanging), never a measurement.
+constexpr auto kSafetyTimeout = std::chrono::seconds(60);
+
+uint64_t take(int fd) {
+  uint64_t value = 0;
+  return ::read(fd, &value, sizeof value) == sizeof value ? value : 0;
+}
+
+}  // namespace
+
+class FakeIo::Backend final : public IoBackend {
+ public:
+  Backend(const BackendConfig& config, FakeIo& io)
+      : IoBackend(false), config_(config), io_(io), batch_(config.tx_capacity, config.tx_slot_bytes) {}
+
+  ~Backend() override {
+    std::lock_guard<std::mutex> lock(io_.mutex_);
+    io_.destroyed_ = true;
+    io_.changed_.notify_all();
+  }
+
+  bool is_io_uring() const override { return false; }
+
+  uint32_t wait(transport::Time deadline) override {
+    {
+      std::lock_guard<std::mutex> lock(io_.mutex_);
+      if (!held_.empty() || !io_.inbox_.empty() || deadline <= config_.clock->now()) return 0;
+      ++io_.sleeps_;
+      io_.asleep_ = true;
+      io_.deadline_ = deadline;
+    }
+    io_.changed_.notify_all();
+    pollfd fds[2] = {{config_.event_fd, POLLIN, 0}, {io_.wake_fd_, POLLIN, 0}};
+    while (::poll(fds, 2, -1) <= 0) {}
+    if (fds[0].revents & POLLIN) kicked_ = take(config_.event_fd) != 0;
+    if (fds[1].revents & POLLIN) take(io_.wake_fd_);
+    std::lock_guard<std::mutex> lock(io_.mutex_);
+    io_.asleep_ = false;
+    return 1;
+  }
+
+  std::span<const RxMessage> receive() override {
+    if (held_.empty()) {
+      std::lock_guard<std::mutex> lock(io_.mutex_);
+      while (!io_.inbox_.empty()) {
+        held_.push_back(std::move(io_.inbox_.front()));
+        io_.inbox_.pop_front();
+      }
+      for (const Received& r : held_) {
+        RxMessage m;
+        m.data = r.bytes.data();
+        m.length = static_cast<uint32_t>(r.bytes.size());
+        m.from = &r.from;
+        messages_.push_back(m);
+      }
+      counters_.receive_syscalls += held_.empty() ? 0 : 1;
+    }
+    return messages_;
+  }
+
+  void release_received() override {
+    messages_.clear();
+    held_.clear();
+  }
+
+  TxBatch& tx_batch() override {
+    batch_.clear();
+    return batch_;
+  }
+
+  void send(TxBatch& batch) override {
+    ++counters_.send_syscalls;
+    std::lock_guard<std::mutex> lock(io_.mutex_);
+    for (size_t i = 0; i < batch.message_count(); ++i) {
+      const msghdr& h = batch.messages()[i].msg_hdr;
+      for (size_t v = 0; v < h.msg_iovlen; ++v) {
+        const auto* base = static_cast<const uint8_t*>(h.msg_iov[v].iov_base);
+        io_.sent_.emplace_back(base, base + h.msg_iov[v].iov_len);
+        ++counters_.datagrams_sent;
+      }
+    }
+  }
+
+  void drain_sends(transport::Time) override {
+    std::lock_guard<std::mutex> lock(io_.mutex_);
+    io_.drained_ = true;
+    io_.stopped_when_drained_ = config_.stop->load();
+  }
+
+  void set_path_fds(std::vector<int> fds) override { config_.path_fds = std::move(fds); }
+
+ private:
+  BackendConfig config_;
+  FakeIo& io_;
+  TxBatch batch_;
+  std::vector<Received> held_;  // what messages_ point into, until release_received()
+  std::vector<RxMessage> messages_;
+};
+
+FakeIo::FakeIo() : wake_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+
+FakeIo::~FakeIo() { ::close(wake_fd_); }
+
+BackendFactory FakeIo::factory() {
+  return [this](const BackendConfig& config) -> std::unique_ptr<IoBackend> {
+    return std::make_unique<Backend>(config, *this);
+  };
+}
+
+void FakeIo::deliver(std::vector<uint8_t> datagram, const sockaddr_storage& from) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    inbox_.push_back({std::move(datagram), from});
+  }
+  wake();
+}
+
+void FakeIo::wake() {
+  const uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof one);
+}
+
+bool FakeIo::await_sleep(uint64_t n, uint64_t& deadline) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const bool reached = changed_.wait_for(lock, kSafetyTimeout, [&] { return destroyed_ || (sleeps_ >= n && asleep_); });
+  if (!reached || destroyed_ || sleeps_ != n) return false;
+  deadline = deadline_;
+  return true;
+}
+
+uint64_t FakeIo::sleeps() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return sleeps_;
+}
+
+std::vector<std::vector<uint8_t>> FakeIo::sent() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return sent_;
+}
+
+bool FakeIo::drained() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return drained_;
+}
+
+bool FakeIo::stopped_when_drained() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stopped_when_drained_;
+}
+
+bool FakeIo::destroyed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return destroyed_;
+}
+
+}  // namespace metaroce::io::test

@@ -1,0 +1,191 @@
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
+//
+// The runtime's progress loop on a FakeClock and a fake backend
+// (fake_backend.h): when it sleeps, until when, how often it wakes, what a
+// scripted receive does, and how it stops. Nothing here depends on real
+// time: each step waits for the backend to be asleep again, and time moves
+// only when the test moves it, to the deadline the runtime asked for.
+// (runtime_test.cpp runs the real backends over loopback.)
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "fake_backend.h"
+#include "fake_clock.h"
+#include "metaroce/wire.h"
+#include "runtime.h"
+
+namespace metaroce::io {
+namespace {
+
+using metaroce::test::FakeClock;
+using test::FakeIo;
+using transport::Endpoint;
+using transport::Time;
+
+sockaddr_storage loopback(uint16_t port) {
+  sockaddr_storage s{};
+  auto& v4 = reinterpret_cast<sockaddr_in&>(s);
+  v4.sin_family = AF_INET;
+  v4.sin_port = htons(port);
+  v4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return s;
+}
+
+struct Rig {
+  std::shared_ptr<FakeClock> clock = std::make_shared<FakeClock>();
+  FakeIo io;  // outlives the runtime, whose backend reports to it
+  std::unique_ptr<Runtime> runtime;
+  uint64_t sleeps = 0;  // sleeps awaited so far
+
+  Rig() {
+    RuntimeOptions o;
+    o.local_address = "127.0.0.1";
+    o.endpoint.paths = 4;
+    o.clock = clock;
+    o.make_backend = io.factory();
+    std::string error;
+    runtime = Runtime::create(o, error);
+    EXPECT_NE(runtime, nullptr) << error;
+  }
+  ~Rig() { runtime.reset(); }
+
+  // Waits for the next sleep; its deadline (0 when the loop did not sleep again).
+  Time next_sleep() {
+    Time deadline = 0;
+    EXPECT_TRUE(io.await_sleep(++sleeps, deadline)) << "sleep " << sleeps << " never came";
+    return deadline;
+  }
+};
+
+transport::QpConfig qp_config() {
+  transport::QpConfig c;
+  c.timeout_ns = 10'000'000;
+  c.retry_cnt = 3;
+  return c;
+}
+
+// A QP connected to a peer that never answers, with one WRITE posted; its CQ.
+uint32_t write_to_silent_peer(Runtime& runtime, std::vector<uint8_t>& buffer) {
+  const transport::PeerId peer = runtime.peer_for(loopback(9));
+  return runtime.with_engine([&](Endpoint& e, Time) {
+    const uint32_t cq = e.create_cq(16);
+    const uint32_t qp = e.create_qp(1, cq, cq, qp_config());
+    const auto key = e.memory().register_region(1, reinterpret_cast<uintptr_t>(buffer.data()), buffer.size(),
+                                                transport::kAccessLocalWrite);
+    EXPECT_TRUE(key.has_value());
+    EXPECT_EQ(e.modify_qp_to_init(qp), transport::PostResult::Ok);
+    EXPECT_EQ(e.modify_qp_to_rtr(qp, peer, 1, qp_config()), transport::PostResult::Ok);
+    EXPECT_EQ(e.modify_qp_to_rts(qp), transport::PostResult::Ok);
+    transport::SendWr wr;
+    wr.opcode = transport::WrOpcode::RdmaWrite;
+    wr.signaled = true;
+    wr.num_sge = 1;
+    wr.sg[0] = {reinterpret_cast<uintptr_t>(buffer.data()), static_cast<uint32_t>(buffer.size()), key.value_or(0)};
+    wr.remote_addr = 0x1000;
+    wr.rkey = 1;
+    EXPECT_EQ(e.post_send(qp, wr), transport::PostResult::Ok);
+    return cq;
+  });
+}
+
+TEST(IoRuntimeLoop, IdleRuntimeSleepsWithoutDeadlineAndWakesOncePerKick) {
+  Rig rig;
+  ASSERT_NE(rig.runtime, nullptr);
+  EXPECT_EQ(rig.next_sleep(), transport::kNever);  // idle: no timer to wake for
+  constexpr uint64_t kKicks = 5;
+  for (uint64_t i = 0; i < kKicks; ++i) {
+    rig.runtime->with_engine([](Endpoint&, Time) {});  // queues nothing, kicks once
+    EXPECT_EQ(rig.next_sleep(), transport::kNever);
+  }
+  EXPECT_EQ(rig.io.sleeps(), kKicks + 1);
+  EXPECT_EQ(rig.runtime->stats().progress_wakeups, kKicks);
+  EXPECT_TRUE(rig.io.sent().empty());
+}
+
+TEST(IoRuntimeLoop, SleepsUntilTheEnginesTimersAndWakesOnlyForThem) {
+  Rig rig;
+  ASSERT_NE(rig.runtime, nullptr);
+  EXPECT_EQ(rig.next_sleep(), transport::kNever);
+  std::vector<uint8_t> buffer(16 * 1024, 0x5a);
+  const uint32_t cq = write_to_silent_peer(*rig.runtime, buffer);
+  const Time start = rig.clock->now();
+  // Nobody answers: the loop wakes for pacing and retransmission timers,
+  // each time with a deadline ahead of the clock (it never spins), until the
+  // retries run out and it sleeps without one.
+  uint64_t timed_sleeps = 0;
+  for (Time deadline = rig.next_sleep(); deadline != transport::kNever; deadline = rig.next_sleep()) {
+    ASSERT_NE(deadline, 0u);
+    ASSERT_GT(deadline, rig.clock->now());
+    ASSERT_LT(++timed_sleeps, 10'000u) << "the loop did not settle";
+    rig.clock->advance_to(deadline);
+    rig.io.wake();
+  }
+  // Each wake-up was the test's (one kick, then one per timer).
+  EXPECT_EQ(rig.runtime->stats().progress_wakeups, timed_sleeps + 1);
+  const std::vector<transport::Completion> done = rig.runtime->with_engine([&](Endpoint& e, Time) {
+    transport::Completion batch[16];
+    const size_t n = e.poll_cq(cq, batch);
+    return std::vector<transport::Completion>(batch, batch + n);
+  });
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, transport::WcStatus::RetryExceeded);
+  // The first attempt plus retry_cnt retransmissions, a timeout apart.
+  EXPECT_GE(rig.clock->now() - start, qp_config().retry_cnt * qp_config().timeout_ns);
+  const auto counters = rig.runtime->with_engine([](Endpoint& e, Time) { return e.counters(); });
+  EXPECT_GT(counters.tx_retransmits, 0u);
+  EXPECT_GT(rig.io.sent().size(), 4u);  // 16 KiB over 4 paths, then retransmissions
+  rig.runtime.reset();                  // before the buffer goes
+}
+
+TEST(IoRuntimeLoop, AScriptedDatagramFromAnUnknownSenderIsCountedAndDropped) {
+  Rig rig;
+  ASSERT_NE(rig.runtime, nullptr);
+  EXPECT_EQ(rig.next_sleep(), transport::kNever);
+  std::vector<uint8_t> datagram(64, 0xa5);
+  datagram[0] = wire::kVersion;  // a plausible header from a home port nobody registered
+  datagram[4] = 0x00;
+  datagram[5] = 0x07;
+  rig.io.deliver(datagram, loopback(7));
+  EXPECT_EQ(rig.next_sleep(), transport::kNever);
+  const RuntimeStats s = rig.runtime->stats();
+  EXPECT_EQ(s.datagrams_received, 1u);
+  EXPECT_EQ(s.unknown_sender_drops, 1u);
+  EXPECT_EQ(s.progress_wakeups, 1u);
+  EXPECT_TRUE(rig.io.sent().empty());
+}
+
+TEST(IoRuntimeLoop, ShutdownWithWorkInFlightJoinsAfterTheBackendSawStop) {
+  Rig rig;
+  ASSERT_NE(rig.runtime, nullptr);
+  EXPECT_EQ(rig.next_sleep(), transport::kNever);
+  std::vector<uint8_t> buffer(16 * 1024, 0x5a);
+  write_to_silent_peer(*rig.runtime, buffer);
+  EXPECT_NE(rig.next_sleep(), transport::kNever);  // a timer is pending
+  EXPECT_FALSE(rig.io.drained());
+  rig.runtime->shutdown();  // returns once the progress thread has joined
+  EXPECT_TRUE(rig.io.drained());
+  EXPECT_TRUE(rig.io.stopped_when_drained());
+  EXPECT_TRUE(rig.io.destroyed());
+  rig.runtime->shutdown();  // idempotent
+  rig.runtime.reset();
+  EXPECT_EQ(rig.io.sleeps(), 2u);  // it never slept again
+}
+
+TEST(IoRuntimeLoop, AFactoryThatMakesNoBackendFailsTheStart) {
+  RuntimeOptions o;
+  o.local_address = "127.0.0.1";
+  o.make_backend = [](const BackendConfig&) { return std::unique_ptr<IoBackend>(); };
+  std::string error;
+  EXPECT_EQ(Runtime::create(o, error), nullptr);
+  EXPECT_THAT(error, ::testing::HasSubstr("backend"));
+}
+
+}  // namespace
+}  // namespace metaroce::io
