@@ -80,9 +80,7 @@ uint32_t write_to_silent_peer(Runtime& runtime, std::vector<uint8_t>& buffer) {
     const auto key = e.memory().register_region(1, reinterpret_cast<uintptr_t>(buffer.data()), buffer.size(),
                                                 transport::kAccessLocalWrite);
     EXPECT_TRUE(key.has_value());
-    EXPECT_EQ(e.modify_qp_to_init(qp), transport::PostResult::Ok);
-    EXPECT_EQ(e.modify_qp_to_rtr(qp, peer, 1, qp_config()), transport::PostResult::Ok);
-    EXPECT_EQ(e.modify_qp_to_rts(qp), transport::PostResult::Ok);
+    EXPECT_EQ(e.connect_qp(qp, peer, 1, qp_config()), transport::PostResult::Ok);
     transport::SendWr wr;
     wr.opcode = transport::WrOpcode::RdmaWrite;
     wr.signaled = true;
