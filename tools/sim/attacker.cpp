@@ -75,9 +75,9 @@ uint64_t AttackerReport::count(Attack attack, const std::string& counter) const 
 
 std::string AttackerReport::summary() const {
   std::ostringstream out;
-  out << "injected " << total_injected() << " (dropped " << dropped << ", duplicates " << duplicates
-      << ", ignored " << ignored << ", unaccounted " << unaccounted << "); genuine replay drops "
-      << genuine_replay_drops << " (displaced by forgeries " << displaced << ")\n";
+  out << "injected " << total_injected() << " (dropped " << dropped << ", duplicates " << duplicates << ", ignored "
+      << ignored << ", unaccounted " << unaccounted << "); genuine replay drops " << genuine_replay_drops
+      << " (displaced by forgeries " << displaced << ")\n";
   for (size_t i = 0; i < kAttackCount; ++i) {
     const auto a = static_cast<Attack>(i);
     out << "  " << to_string(a) << ": " << injected[i];
@@ -161,14 +161,10 @@ void Attacker::on_delivered(Time, LinkId link, bool injected) {
     ignored |= is_ignored;
     ++report_.counters[{pending_.attack, std::string(name)}];
   }
-  if (drop)
-    ++report_.dropped;
-  else if (duplicate)
-    ++report_.duplicates;
-  else if (ignored)
-    ++report_.ignored;
-  else
-    ++report_.unaccounted;
+  if (drop) ++report_.dropped;
+  else if (duplicate) ++report_.duplicates;
+  else if (ignored) ++report_.ignored;
+  else ++report_.unaccounted;
 }
 
 void Attacker::observe(Flow& f, const Datagram& d, LinkId link, Pending& pending) {
@@ -399,8 +395,8 @@ bool Attacker::forge(Attack a, Flow& f, Flow& reverse, Datagram& out) {
     }
     case Attack::ReadHuge: {
       // To the responder (d's receiver), as one of the requests it was sent.
-      const Request* r = config_.consistent_claims ? pick_request(f, reverse, false, false)
-                                                   : pick_request(f, reverse, true, false);
+      const Request* r =
+          config_.consistent_claims ? pick_request(f, reverse, false, false) : pick_request(f, reverse, true, false);
       if (!r) return false;
       p.common.type = wire::PacketType::Data;
       p.common.path_id = r->path_id;

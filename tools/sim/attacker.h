@@ -134,9 +134,9 @@ class Attacker : public Tap {
     LinkId link = kNoLink;
     wire::CommonHeader common;  // its common header
     std::vector<uint8_t> trailer;
-    std::map<uint32_t, uint32_t> highest_number;  // per dst_epoch
+    std::map<uint32_t, uint32_t> highest_number;               // per dst_epoch
     std::deque<std::pair<uint32_t, uint32_t>> forged_numbers;  // (dst_epoch, number) taken by forgeries
-    std::vector<uint8_t> last_data;          // the latest genuine data datagram
+    std::vector<uint8_t> last_data;                            // the latest genuine data datagram
     bool have_ack = false;
     wire::Packet ack;                        // the latest genuine ACK (payload not used)
     std::deque<Request> requests;            // recent genuine requests

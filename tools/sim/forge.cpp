@@ -49,8 +49,7 @@ Bytes encode(const wire::Packet& p) {
   }
   if (out.size() >= wire::kCommonHeaderBytes)
     wire::stamp_common(out, c.security, c.src_epoch, c.dst_epoch, c.packet_number);
-  else
-    out.clear();
+  else out.clear();
   return out;
 }
 
