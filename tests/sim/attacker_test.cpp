@@ -41,7 +41,7 @@ constexpr uint32_t kAccess = transport::kAccessLocalWrite | transport::kAccessRe
 constexpr uint32_t kMessages = 128;
 constexpr uint32_t kMessageBytes = 24 * 1024 + 100;  // not a multiple of the MTU
 constexpr uint32_t kAtomics = 128;
-constexpr size_t kGuardBytes = 4096;  // after the sink: must stay untouched
+constexpr size_t kGuardBytes = 4096;       // after the sink: must stay untouched
 constexpr Time kBudgetNs = 2'000'000'000;  // virtual
 
 uint64_t addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
@@ -227,8 +227,7 @@ TEST_P(AttackerTransfer, CompletesExactlyAndCountsEveryInjection) {
   config.consistent_claims = authenticated;
   const Outcome out = run(c, 11 + c.loss_percent, config);
   const AttackerReport& r = out.report;
-  std::cout << name(c.op) << " loss " << c.loss_percent << "% " << wire::to_string(c.security) << ": "
-            << r.summary();
+  std::cout << name(c.op) << " loss " << c.loss_percent << "% " << wire::to_string(c.security) << ": " << r.summary();
 
   ASSERT_TRUE(out.completed) << out.successes << " of " << out.posted << " completions";
   EXPECT_EQ(out.errors, 0u);
@@ -307,6 +306,34 @@ std::vector<Case> all_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Attacker, AttackerTransfer, ::testing::ValuesIn(all_cases()), case_name);
+
+// A forged data packet far ahead on a path from which nothing has arrived
+// yet (here: its first genuine packet lost to a forgery that took its packet
+// number) must be refused like one far ahead of the highest: believed, the
+// receiver's ACK blocks for the path would all claim packets never sent, and
+// the sender would ignore every one of them.
+TEST(AttackerNode, PathJumpIsRefusedOnAPathWithNothingReceivedYet) {
+  // Responses are the data that starts on paths with nothing received: B
+  // sends none before the first request. (A higher rate is a denial of
+  // service in integrity mode: each forgery costs a genuine datagram.)
+  for (const Op op : {Op::Read, Op::Atomic}) {
+    for (const uint64_t seed : {1, 2, 3, 4, 5}) {
+      AttackerConfig config;
+      config.rate = 0.4;
+      config.attacks = {Attack::DataPathJump};
+      const Outcome out = run({op, 0, wire::Security::Integrity}, seed, config);
+      const AttackerReport& r = out.report;
+      std::cout << "path jumps only, " << name(op) << " seed " << seed << ": " << r.summary();
+      EXPECT_TRUE(out.completed);
+      EXPECT_EQ(out.corrupted_bytes, 0u);
+      const uint64_t injected = r.injected[static_cast<size_t>(Attack::DataPathJump)];
+      EXPECT_GT(injected, 50u);
+      EXPECT_EQ(r.count(Attack::DataPathJump, "rx_drop_path_jump") + r.count(Attack::DataPathJump, "rx_drop_replay"),
+                injected);
+      EXPECT_EQ(out.a.rx_ignored_ack_block + out.b.rx_ignored_ack_block, 0u) << "a genuine ACK block was not believed";
+    }
+  }
+}
 
 TEST(AttackerNode, IsDeterministicForASeed) {
   const Case c{Op::Write, 1, wire::Security::Integrity};
