@@ -23,8 +23,12 @@ class ReceiveScoreboard {
   Arrival record(uint32_t seq, bool& gap);
   // Further ahead of the highest than any sender's window could reach: a
   // forgery or garbage, which would make every genuine packet too old.
+  // Before anything arrived the highest is the one before the first: a
+  // path's sequence space starts at 0 (docs/spec.md §8.2), so a forged first
+  // packet cannot poison the path either.
   bool beyond_window(uint32_t seq) const {
-    return any_ && static_cast<int32_t>(seq - highest_) > static_cast<int32_t>(kMaxForwardJump);
+    const uint32_t highest = any_ ? highest_ : UINT32_MAX;
+    return static_cast<int32_t>(seq - highest) > static_cast<int32_t>(kMaxForwardJump);
   }
   static constexpr uint32_t kMaxForwardJump = 1u << 16;
   void count_ce() { ++ce_count_; }

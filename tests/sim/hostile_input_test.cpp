@@ -10,6 +10,7 @@
 
 #include "metaroce/wire.h"
 #include "engine_printers.h"
+#include "forge.h"
 #include "rig.h"
 
 namespace metaroce::sim {
@@ -45,11 +46,8 @@ class HostileInput : public ::testing::Test {
   Endpoint& b() { return rig_->b().endpoint(); }
 
   std::vector<uint8_t> data_packet(const wire::DataHeader& h, std::vector<uint8_t> payload) {
-    std::vector<uint8_t> out(wire::kDataHeaderBytes + 64 + payload.size());
-    const size_t header = wire::encode_data(out, 0, h, nullptr, nullptr, nullptr, payload.size());
-    EXPECT_GT(header, 0u);
-    std::memcpy(out.data() + header, payload.data(), payload.size());
-    out.resize(header + payload.size());
+    std::vector<uint8_t> out = forge::data_packet(0, h, payload);
+    EXPECT_FALSE(out.empty());
     return out;
   }
 
@@ -98,17 +96,8 @@ class HostileInput : public ::testing::Test {
     return count;
   }
 
-  std::vector<uint8_t> ack_packet(const wire::Ack& ack) {
-    std::vector<uint8_t> out(wire::kMaxAckBytes);
-    out.resize(wire::encode_ack(out, 0, ack));
-    return out;
-  }
-
-  std::vector<uint8_t> nak_packet(const wire::Nak& nak) {
-    std::vector<uint8_t> out(wire::kMaxAckBytes);
-    out.resize(wire::encode_nak(out, 0, nak));
-    return out;
-  }
+  std::vector<uint8_t> ack_packet(const wire::Ack& ack) { return forge::ack_packet(0, ack); }
+  std::vector<uint8_t> nak_packet(const wire::Nak& nak) { return forge::nak_packet(0, nak); }
 
   void post_write(uint64_t wr_id, uint32_t length) {
     SendWr w;
@@ -211,10 +200,7 @@ TEST_F(HostileInput, StrayDatagramsOnlyCountDrops) {
   far.msn = 1'000'000;
   inject(rig_->node_a(), data_packet(far, std::vector<uint8_t>(16, 1)));
   // An ACK, a NAK and a probe reply from an unknown peer.
-  std::vector<uint8_t> ack(wire::kMaxAckBytes);
-  wire::Ack a_ack;
-  ack.resize(wire::encode_ack(ack, 0, a_ack));
-  inject(999, ack);
+  inject(999, ack_packet(wire::Ack{}));
 
   const auto& after = b().counters();
   EXPECT_EQ(after.rx_drop_malformed, counters_before.rx_drop_malformed + 2);
@@ -375,9 +361,7 @@ TEST_F(HostileInput, ReadsBeyondMaxDestRdAtomicAreRefused) {
     h.opcode = wire::Opcode::ReadRequest;
     h.path_seq = msn;
     wire::ReadRequest read{addr(source_.data()), lkey_};
-    std::vector<uint8_t> out(wire::kDataHeaderBytes + 64);
-    out.resize(wire::encode_data(out, 0, h, &read, nullptr, nullptr, 0));
-    inject(rig_->node_a(), out);
+    inject(rig_->node_a(), forge::data_packet(0, h, {}, &read));
   }
   EXPECT_EQ(b().counters().rd_atomic_limit_refusals, 1u);
   EXPECT_EQ(b().qp_state(qp_.qp_b), transport::QpState::Error);

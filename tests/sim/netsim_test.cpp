@@ -768,3 +768,69 @@ TEST(NetsimBenchmark, Saturating4x100GScenario) {
 
 }  // namespace
 }  // namespace metaroce::sim
+
+namespace metaroce::sim {
+namespace {
+
+// Records what it sees; injects one spoofed copy of the first genuine arrival.
+class RecordingTap : public Tap {
+ public:
+  explicit RecordingTap(Simulator& sim) : sim_(sim) {}
+  void on_arrival(Time now, LinkId link, const Datagram& d, bool injected) override {
+    arrivals.push_back({now, link, d.src, seq_of(d), injected});
+    if (!injected && !spoofed_) {
+      spoofed_ = true;
+      Datagram copy = d;
+      copy.src = 77;  // any address: the simulator keeps it
+      copy.payload[0] ^= 0xff;
+      sim_.inject(link, now + 500, std::move(copy));
+    }
+  }
+  void on_delivered(Time now, LinkId link, bool injected) override { delivered.push_back({now, link, injected}); }
+
+  struct Arrival {
+    Time t;
+    LinkId link;
+    NodeId src;
+    uint32_t seq;
+    bool injected;
+  };
+  std::vector<Arrival> arrivals;
+  std::vector<std::tuple<Time, LinkId, bool>> delivered;
+
+ private:
+  Simulator& sim_;
+  bool spoofed_ = false;
+};
+
+TEST(NetsimTap, SeesEveryArrivalAndInjectsWithTheGivenSource) {
+  Pair p(1, rate_link(8'000'000'000, 1'000));  // 1 byte per ns
+  RecordingTap tap(p.sim);
+  p.sim.set_tap(&tap);
+  p.a.send_at(0, p.B, 1, 2, 100, 5);
+  p.a.send_at(10, p.B, 1, 2, 100, 6);
+  p.sim.run_until(kNever);
+
+  ASSERT_EQ(tap.arrivals.size(), 3u);
+  EXPECT_EQ(tap.arrivals[0].t, 1'100u);  // 100 ns serialization + 1000 ns propagation
+  EXPECT_EQ(tap.arrivals[0].seq, 5u);
+  EXPECT_FALSE(tap.arrivals[0].injected);
+  EXPECT_EQ(tap.arrivals[1].seq, 6u);
+  EXPECT_EQ(tap.arrivals[2].t, 1'600u);  // injected: no queue, no propagation added
+  EXPECT_TRUE(tap.arrivals[2].injected);
+  EXPECT_EQ(tap.arrivals[2].src, 77u);
+  ASSERT_EQ(tap.delivered.size(), 3u);
+  EXPECT_EQ(tap.delivered[2], std::make_tuple(Time{1'600}, p.ab, true));
+
+  ASSERT_EQ(p.b.inbox.size(), 3u);
+  EXPECT_EQ(p.b.inbox[2].d.src, 77u);
+  EXPECT_EQ(p.b.inbox[2].d.payload[0], 5 ^ 0xff);
+  // Injected datagrams are counted apart from the link's own deliveries.
+  EXPECT_EQ(p.sim.stats(p.ab).delivered, 2u);
+  EXPECT_EQ(p.sim.stats(p.ab).injected, 1u);
+  EXPECT_EQ(p.sim.stats(p.ab).packets_in, 2u);
+  EXPECT_THROW(p.sim.inject(p.ab, 0, Datagram{}), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace metaroce::sim

@@ -580,20 +580,36 @@ void Simulator::on_pfc_frame(LinkId link, uint64_t arg) {
   start_transmission(link);
 }
 
+void Simulator::inject(LinkId link, Time t, Datagram d) {
+  link_ref(link);  // throws for an unknown link
+  if (t < now_) throw std::invalid_argument("netsim: inject() in the past");
+  const uint32_t slot = alloc_slot();
+  pool_[slot] = std::move(d);
+  push(t, EventKind::Arrival, link, slot | kInjectFlag);
+}
+
 void Simulator::on_arrival(LinkId link, uint64_t arg) {
   Link& l = links_[link];
   const auto slot = static_cast<uint32_t>(arg);
-  ++l.stats.delivered;
-  if ((arg & kDupFlag) != 0) ++l.stats.duplicated;
+  const bool injected = (arg & kInjectFlag) != 0;
+  if (injected) {
+    ++l.stats.injected;
+  } else {
+    ++l.stats.delivered;
+    if ((arg & kDupFlag) != 0) ++l.stats.duplicated;
+  }
   const NodeId to = l.to;
+  // pool_ is a deque, so this reference survives anything the tap (which may
+  // inject) or receive() may do.
+  if (tap_ != nullptr) tap_->on_arrival(now_, link, pool_[slot], injected);
   Node& n = nodes_[to];
   if (n.host == nullptr) {
     route_and_send(to, slot, link);
     return;
   }
-  // pool_ is a deque, so this reference survives anything receive() may do.
   n.host->receive(now_, std::move(pool_[slot]));
   free_slot(slot);
+  if (tap_ != nullptr) tap_->on_delivered(now_, link, injected);
   poll(to);
 }
 

@@ -92,10 +92,25 @@ struct LinkParams {
 // packet's wire bytes). pause_frames: PFC XOFF frames the link's far end
 // sent to hold this link; paused_ns: time the link spent held (up to the
 // latest resume).
+// injected: datagrams Simulator::inject() delivered at the link's far end
+// (not in delivered).
 struct LinkStats {
   uint64_t packets_in = 0, bytes_in = 0, delivered = 0, dropped_loss = 0, dropped_queue = 0,
            dropped_blackhole = 0, duplicated = 0, ce_marked = 0, max_backlog_bytes = 0,
-           pause_frames = 0, paused_ns = 0;
+           pause_frames = 0, paused_ns = 0, injected = 0;
+};
+
+// An observer of the fabric (an attacker node in the tests): it sees every
+// datagram that reaches the far end of a link, genuine or injected, before
+// the node there gets it, and is told when a host has taken one. It may call
+// Simulator::inject() and Simulator::at(), but must not run the simulator.
+class Tap {
+ public:
+  virtual ~Tap() = default;
+  virtual void on_arrival(Time now, LinkId link, const Datagram& d, bool injected) = 0;
+  // The host at the far end of `link` returned from receive() for the
+  // datagram on_arrival() showed last.
+  virtual void on_delivered(Time now, LinkId link, bool injected) = 0;
 };
 
 // Next-hop choice among several links: ECMP hash of the 5-tuple, the source
@@ -178,6 +193,16 @@ class Simulator {
   // it has no route for d.dst. Pure; consumes no randomness.
   LinkId next_hop(NodeId at, const Datagram& d) const;
 
+  // At most one tap (nullptr removes it); not owned. Without one, arrivals
+  // cost nothing more.
+  void set_tap(Tap* tap) { tap_ = tap; }
+  // Delivers `d` at the far end of `link` at virtual time t (>= now(), else
+  // std::invalid_argument), as if it had crossed the link but without its
+  // queue, loss or duplication: an injection on the wire right before that
+  // node. d.src is kept as given (the sender's address can be spoofed). At a
+  // switch it is forwarded as any arrival.
+  void inject(LinkId link, Time t, Datagram d);
+
   // Scenario action at virtual time t (t >= now(), else std::invalid_argument).
   void at(Time t, std::function<void()> action);
   // The host has new work: poll it at now() (coalesced per host).
@@ -205,7 +230,7 @@ class Simulator {
   struct Event {
     Time time;
     uint64_t seq;
-    // Arrival: slot | dup flag; Timer: generation; Action: action index;
+    // Arrival: slot | dup flag | inject flag; Timer: generation; Action: action index;
     // PfcFrame: frame number << 1 | 1 for XOFF, 0 for XON.
     uint64_t arg;
     uint32_t id;   // link id or node id
@@ -275,6 +300,7 @@ class Simulator {
   };
 
   static constexpr uint64_t kDupFlag = uint64_t{1} << 32;
+  static constexpr uint64_t kInjectFlag = uint64_t{1} << 33;
 
   void push(Time t, EventKind kind, uint32_t id, uint64_t arg);
   void dispatch(const Event& ev);
@@ -306,6 +332,7 @@ class Simulator {
   uint64_t seq_ = 0;
   uint64_t events_processed_ = 0;
   uint64_t unroutable_ = 0;
+  Tap* tap_ = nullptr;
   std::priority_queue<Event, std::vector<Event>, Later> queue_;
   std::vector<Node> nodes_;
   std::vector<Link> links_;
