@@ -73,7 +73,7 @@ for pid, held in by_pid.items():
     assert not (local - block - {home}), f"pid {pid} bound ports outside its lease: {local}"
 # The daemon's first home port was taken: its lessee leased again and kept it.
 assert any(h == 4792 for held in by_pid.values() for h, _ in held), "nobody was leased 4792"
-assert any(len(held) == 2 for held in by_pid.values()), "no context leased again"
+assert any(len(held) >= 2 for held in by_pid.values()), "no context leased again"
 print(f"{len(s['leases'])} leases of 3 processes disjoint; each process bound one lease's ports")
 PY
 pass "three provider processes: disjoint leases, each bound exactly its home port and the 3 ports (paths_per_connection) of its block; a taken home port was leased again"
