@@ -29,7 +29,8 @@ uint32_t epoch_of(const EndpointConfig& config) {
   return epoch;
 }
 
-// The engine's states as qp_rules.h numbers them (the uverbs ABI's).
+}  // namespace
+
 int qp_rules_state(QpState state) {
   switch (state) {
     case QpState::Reset: return METAROCE_QPS_RESET;
@@ -40,8 +41,6 @@ int qp_rules_state(QpState state) {
   }
   return -1;
 }
-
-}  // namespace
 
 struct Endpoint::CompletionQueue {
   uint32_t capacity = 0;

@@ -48,6 +48,10 @@ struct SrqAttributes {
   uint32_t depth = 0;  // WQEs waiting
 };
 
+// A state as include/metaroce/qp_rules.h numbers it (METAROCE_QPS_*, the
+// uverbs ABI's).
+int qp_rules_state(QpState state);
+
 // What modify_qp gives the new state: RTR of an RC QP takes the peer, its QP
 // number and the responder's config; RTS of an RC QP may take the requester's
 // (timeout, retries, max_rd_atomic, sq_psn; without it RTR's stays); a UD QP

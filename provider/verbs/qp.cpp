@@ -46,16 +46,8 @@ transport::Time rnr_timer_ns(uint8_t code) {
   return static_cast<transport::Time>(kMicros[code & 31]) * 1000;
 }
 
-ibv_qp_state from_engine(transport::QpState s) {
-  switch (s) {
-    case transport::QpState::Reset: return IBV_QPS_RESET;
-    case transport::QpState::Init: return IBV_QPS_INIT;
-    case transport::QpState::ReadyToReceive: return IBV_QPS_RTR;
-    case transport::QpState::ReadyToSend: return IBV_QPS_RTS;
-    case transport::QpState::Error: return IBV_QPS_ERR;
-  }
-  return IBV_QPS_ERR;
-}
+// qp_rules.h numbers states as verbs does (qp_rules.cpp asserts it).
+ibv_qp_state from_engine(transport::QpState s) { return static_cast<ibv_qp_state>(transport::qp_rules_state(s)); }
 
 // qp_modify_check lets no QP into SQD or SQE.
 transport::QpState to_engine(ibv_qp_state s) {

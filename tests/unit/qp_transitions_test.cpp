@@ -20,17 +20,6 @@ constexpr PeerId kPeer = 2;
 constexpr std::array kStates{QpState::Reset, QpState::Init, QpState::ReadyToReceive, QpState::ReadyToSend,
                              QpState::Error};
 
-int rules_state(QpState s) {
-  switch (s) {
-    case QpState::Reset: return METAROCE_QPS_RESET;
-    case QpState::Init: return METAROCE_QPS_INIT;
-    case QpState::ReadyToReceive: return METAROCE_QPS_RTR;
-    case QpState::ReadyToSend: return METAROCE_QPS_RTS;
-    case QpState::Error: return METAROCE_QPS_ERR;
-  }
-  return -1;
-}
-
 QpModify step_to(QpState next) {
   QpModify m{.next = next};
   if (next == QpState::ReadyToReceive) {
@@ -52,7 +41,7 @@ uint32_t qp_in(Endpoint& e, bool ud, QpState state) {
     return qpn;
   }
   for (const QpState s : {QpState::Init, QpState::ReadyToReceive, QpState::ReadyToSend}) {
-    if (rules_state(s) > rules_state(state)) break;
+    if (qp_rules_state(s) > qp_rules_state(state)) break;
     EXPECT_EQ(e.modify_qp(qpn, step_to(s)), PostResult::Ok) << to_string(s);
   }
   EXPECT_EQ(e.qp_state(qpn), state);
@@ -68,7 +57,7 @@ TEST_P(QpTransitions, AreExactlyTheSharedTable) {
   for (const QpState from : kStates) {
     for (const QpState to : kStates) {
       const uint32_t qpn = qp_in(e, ud, from);
-      const bool expected = metaroce_qp_transition_exists(ud, rules_state(from), rules_state(to));
+      const bool expected = metaroce_qp_transition_exists(ud, qp_rules_state(from), qp_rules_state(to));
       const PostResult r = e.modify_qp(qpn, step_to(to));
       EXPECT_EQ(r, expected ? PostResult::Ok : PostResult::BadState) << to_string(from) << " -> " << to_string(to);
       EXPECT_EQ(e.qp_state(qpn), expected ? to : from) << to_string(from) << " -> " << to_string(to);
