@@ -1,13 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 //
-// Completion channels without the kernel: a pipe. libibverbs'
-// ibv_get_cq_event() reads an 8-byte struct ib_uverbs_comp_event_desc
-// {cq_handle} from channel->fd and takes cq_handle as the struct ibv_cq *;
-// the completion listener writes exactly that when an armed CQ gets a
-// completion. ibv_create_comp_channel()/ibv_destroy_comp_channel() of
+// Completion channels without the kernel: a Unix stream socket pair (a pipe
+// that the provider can read without blocking whatever flags the
+// application gives channel->fd). libibverbs' ibv_get_cq_event() reads an
+// 8-byte struct ib_uverbs_comp_event_desc {cq_handle} from channel->fd and
+// takes cq_handle as the struct ibv_cq *; the completion listener writes
+// exactly that when an armed CQ gets a completion. As the kernel does,
+// destroying a CQ takes its events that nobody has read out of the channel
+// (discard_cq_events): ibv_get_cq_event() never returns a destroyed CQ. ibv_create_comp_channel()/ibv_destroy_comp_channel() of
 // libibverbs go to the kernel, so libmetaroce-preload.so routes them here
 // for MetaRoCE contexts.
 #include <fcntl.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -38,6 +43,21 @@ CompChannel* channel_of(ibv_comp_channel* channel) {
   return c.live.count(ch) ? ch : nullptr;
 }
 
+void discard_cq_events(int read_fd, int write_fd, const ibv_cq* cq) {
+  // Only the records there now: those put back go behind them. Each record
+  // is read and, if another CQ's, put back at once, so that a reader finds
+  // the channel empty only when every record in it was this CQ's.
+  int bytes = 0;
+  if (::ioctl(read_fd, FIONREAD, &bytes) != 0) return;
+  const uint64_t gone = reinterpret_cast<uintptr_t>(cq);
+  for (int n = bytes / static_cast<int>(sizeof(uint64_t)); n > 0; --n) {
+    uint64_t handle = 0;
+    // A record the application takes meanwhile is its own: then fewer are left.
+    if (::recv(read_fd, &handle, sizeof handle, MSG_DONTWAIT) != sizeof handle) return;
+    if (handle != gone) (void)!::send(write_fd, &handle, sizeof handle, MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+}
+
 }  // namespace metaroce::verbs
 
 using namespace metaroce::verbs;
@@ -50,8 +70,9 @@ ibv_comp_channel* metaroce_priv_create_comp_channel(ibv_context* context) {
     return nullptr;
   }
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return nullptr;
-  // The writer never blocks (one event per arm, so a full pipe means the
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) return nullptr;
+  ::shutdown(fds[0], SHUT_WR);  // one way, as a pipe
+  // The writer never blocks (one event per arm, so a full channel means the
   // application has stopped reading); the reader blocks unless the
   // application sets O_NONBLOCK on channel->fd.
   ::fcntl(fds[1], F_SETFL, O_NONBLOCK);

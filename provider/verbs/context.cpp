@@ -99,7 +99,7 @@ void Context::on_completion(uint32_t cq) {
     } else {
       // ibv_get_cq_event() reads the CQ handle (struct ib_uverbs_comp_event_desc).
       const uint64_t handle = reinterpret_cast<uintptr_t>(&c->ibv);
-      (void)!::write(c->event_fd, &handle, sizeof handle);
+      if (::write(c->event_fd, &handle, sizeof handle) == sizeof handle) ++c->signalled;
     }
   }
 }

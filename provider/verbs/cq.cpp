@@ -206,7 +206,14 @@ int destroy_cq(ibv_cq* ibcq) {
   Context* ctx = cq->ctx;
   const transport::PostResult r = ctx->engine([&](transport::Endpoint& e) {
     const transport::PostResult result = e.destroy_cq(cq->id);
-    if (result == transport::PostResult::Ok) ctx->cqs.erase(cq->id);
+    if (result != transport::PostResult::Ok) return result;
+    ctx->cqs.erase(cq->id);
+    // An event the application has not read names this CQ: the kernel drops
+    // such events when it destroys a CQ, and an application that tears down
+    // while another thread waits on the channel (gloo's device thread) would
+    // otherwise be handed freed memory and a cq_context it has freed.
+    if (cq->event_fd >= 0 && cq->signalled != cq->events.load(std::memory_order_relaxed))
+      discard_cq_events(ibcq->channel->fd, cq->event_fd, ibcq);
     return result;
   });
   if (r == transport::PostResult::BadState) return EBUSY;  // a QP still uses it

@@ -151,6 +151,7 @@ struct Cq {
   std::atomic<uint64_t> polled{0};   // completions handed to the application
   std::atomic<bool> armed{false};    // ibv_req_notify_cq pending
   std::atomic<uint64_t> events{0};   // completion events delivered (cq_event op)
+  uint64_t signalled = 0;            // events written to a kernel-less channel (engine lock)
   // ibv_start_poll: completions taken from the engine, handed out one by one.
   std::vector<transport::Completion> batch;
   size_t batch_next = 0;
@@ -348,6 +349,9 @@ void retire_event_object(Context& ctx, uint64_t element, EventCounts& counts, st
 void free_event_objects(Context& ctx);
 // comp_channel.cpp
 CompChannel* channel_of(ibv_comp_channel* channel);  // null if not ours
+// Takes the records naming `cq` out of a kernel-less channel (engine lock
+// held, so that no completion writes one meanwhile); others stay.
+void discard_cq_events(int read_fd, int write_fd, const ibv_cq* cq);
 // qp.cpp
 ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr);
 ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr);

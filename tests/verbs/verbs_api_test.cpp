@@ -10,12 +10,14 @@
 #include <endian.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <tuple>
 #include <vector>
 
 #include "ibverbs_private.h"
@@ -614,6 +616,64 @@ TEST_F(VerbsTest, CompletionChannelWakesTheWaiter) {
   }
   // A channel in use cannot be destroyed.
   EXPECT_EQ(ibv_destroy_comp_channel(b.channel), EBUSY);
+}
+
+// A CQ destroyed with an event on the channel that nobody has read: the
+// event goes with it (as the kernel drops it), and another CQ's event on the
+// same channel stays. Gloo's device thread waits on one channel for all its
+// pairs' CQs while the main thread destroys pairs; an event that outlived
+// its CQ handed it a freed CQ and a freed cq_context.
+TEST_F(VerbsTest, EventOfADestroyedCqIsDiscarded) {
+  pair();
+  ibv_cq* doomed = ibv_create_cq(b.ctx, 16, nullptr, b.channel, 0);
+  ASSERT_NE(doomed, nullptr);
+  ibv_qp_init_attr init{};
+  init.send_cq = b.scq;
+  init.recv_cq = doomed;
+  init.qp_type = IBV_QPT_RC;
+  init.cap.max_send_wr = 4;
+  init.cap.max_recv_wr = 4;
+  init.cap.max_send_sge = 1;
+  init.cap.max_recv_sge = 1;
+  ibv_qp* qd = ibv_create_qp(b.pd, &init);
+  ASSERT_NE(qd, nullptr);
+  ibv_qp* qa2 = make_qp(a);
+  ASSERT_NE(qa2, nullptr);
+  ASSERT_NO_FATAL_FAILURE(connect(qa2, a, qd, b));
+  Buffer& src = a.buffer(64);
+  Buffer& dst = b.buffer(128);
+  ASSERT_EQ(ibv_req_notify_cq(doomed, 0), 0);
+  ASSERT_EQ(ibv_req_notify_cq(b.rcq, 0), 0);
+  // One message to each CQ. Its sender's completion needs the ACK, which
+  // leaves after the receiver's completion and so after its event.
+  for (auto [sender, receiver, offset] : {std::tuple{qa2, qd, 0}, std::tuple{qa, qb, 64}}) {
+    ASSERT_EQ(post_recv(receiver, 1, {sge(dst, static_cast<size_t>(offset), 64)}), 0);
+    ibv_sge s = sge(src, 0, 64);
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_SEND;
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(sender, &wr, &bad), 0);
+    ASSERT_EQ(wait_wc(a.scq, 1).size(), 1u);
+  }
+  int bytes = 0;
+  ASSERT_EQ(::ioctl(b.channel->fd, FIONREAD, &bytes), 0);
+  ASSERT_EQ(bytes, 16) << "two events on the channel";
+  ASSERT_EQ(wait_wc(doomed, 1).size(), 1u);  // polling takes no event
+  ASSERT_EQ(ibv_destroy_qp(qd), 0);
+  ASSERT_EQ(ibv_destroy_cq(doomed), 0);
+  ASSERT_EQ(::ioctl(b.channel->fd, FIONREAD, &bytes), 0);
+  EXPECT_EQ(bytes, 8) << "the destroyed CQ's event is still on the channel";
+  ibv_cq* ev_cq = nullptr;
+  void* ev_ctx = nullptr;
+  ASSERT_EQ(ibv_get_cq_event(b.channel, &ev_cq, &ev_ctx), 0);
+  EXPECT_EQ(ev_cq, b.rcq);
+  EXPECT_EQ(ev_ctx, &b);
+  ibv_ack_cq_events(ev_cq, 1);
+  ASSERT_EQ(wait_wc(b.rcq, 1).size(), 1u);
+  ASSERT_EQ(::ioctl(b.channel->fd, FIONREAD, &bytes), 0);
+  EXPECT_EQ(bytes, 0);
 }
 
 TEST_F(VerbsTest, BadLkeyIsALocalProtectionError) {
