@@ -8,6 +8,7 @@
 #   pass MSG                 "ok - MSG"
 #   not_ok MSG               "not ok - MSG": the test carries on, and fails at exit
 #   fail MSG                 "FAIL <test>: MSG" on stderr; exits 1 now
+#   fail_with_logs MSG       the tail of every $WORK/*.log on stderr, then fail MSG
 #   skip MSG                 "SKIP <test>: MSG"; exits 77 now (a skip for meson)
 #   note MSG                 "# MSG"
 #   expect DESC CMD...       pass DESC if CMD succeeds, else not_ok with CMD's output
@@ -38,6 +39,15 @@ not_ok() { echo "not ok - $*"; HARNESS_FAILED=$((HARNESS_FAILED + 1)); }
 fail() { echo "FAIL $TEST_NAME: $*" >&2; exit 1; }
 skip() { echo "SKIP $TEST_NAME: $*"; exit 77; }
 note() { echo "# $*"; }
+fail_with_logs() {
+  local f
+  for f in "$WORK"/*.log; do
+    [[ -f "$f" ]] || continue
+    echo "---- $f" >&2
+    tail -n 40 "$f" >&2
+  done
+  fail "$*"
+}
 
 # The last lines of what the last expect* ran.
 show_output() { sed 's/^/#   /' "$WORK/expect.out" | tail -n "${1:-30}"; }

@@ -31,17 +31,6 @@ work=$WORK
 [[ -n $prog ]] || skip "libgloo-dev not installed when the build was configured (gloo_allreduce not built)"
 [[ -x $prog ]] || fail "$prog is not an executable"
 
-# fail_with_logs MSG: the last lines of every log of the failed job, then fail.
-fail_with_logs() {
-  local f
-  for f in "$work"/*.log; do
-    [[ -f "$f" ]] || continue
-    echo "---- $f" >&2
-    tail -n 40 "$f" >&2
-  done
-  fail "$*"
-}
-
 # job NAME "RUN_OPTIONS": the ranks at once; 0 when every rank exited 0.
 # Leaves NAME-rankR.log; prints the job's wall time.
 job() {

@@ -19,17 +19,6 @@ LIMIT=${PERFTEST_TIMEOUT:-120}
 DEVARGS="-d mr0 -x 0"  # device and GID index given to every perftest
 work=$WORK
 
-# fail_with_logs MSG: the last lines of every log, then fail.
-fail_with_logs() {
-  local f
-  for f in "$work"/*.log; do
-    [[ -f "$f" ]] || continue
-    echo "---- $f" >&2
-    tail -n 40 "$f" >&2
-  done
-  fail "$*"
-}
-
 for tool in ib_write_bw ib_read_bw ib_send_bw ib_write_lat ib_atomic_bw ibv_devices ibv_devinfo; do
   command -v "$tool" >/dev/null || skip "$tool not installed"
 done
