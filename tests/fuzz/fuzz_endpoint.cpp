@@ -44,8 +44,8 @@
 // corpus (replay_endpoint_main.cpp); FUZZ_ENDPOINT_STATS=1 prints the engine
 // counters summed over all inputs, to see which paths a corpus reaches.
 //
-// Engine bugs found, reproducers in tests/fuzz/corpus/endpoint/ (kept out of
-// the replay test until fixed):
+// Engine bugs found (now fixed), reproducers in tests/fuzz/corpus/endpoint/,
+// which the replay test runs (tests/fuzz/meson.build):
 //  - repro-recv-index-below-consumed: three spoofed SENDs from the real peer
 //    (msn c+2 chunk 0 and msn c+1 on the same recv_index, then msn c+2 chunk
 //    1) make place_request_chunk index recv_queue_ with recv_index -
