@@ -50,9 +50,10 @@ struct RuntimeOptions {
   // Paths (source ports). Each path socket binds an ephemeral port chosen by
   // the kernel, so concurrent processes never collide.
   transport::EndpointConfig endpoint;  // endpoint.paths, mtu, timers; home_port is filled in
-  // Added for metaroced: when not empty, path i binds path_source_ports[i]
-  // (leased from the daemon, so that contexts never collide and discovery can
-  // choose ports that cover the fabric's paths); needs at least `paths` ports.
+  // When not empty, path i binds path_source_ports[i] instead of an
+  // ephemeral port (ports leased from the daemon, so that contexts never
+  // collide and discovery can choose ports that cover the fabric's paths);
+  // needs at least `paths` ports.
   std::vector<uint16_t> path_source_ports;
   bool allow_io_uring = true;          // false: force the sendmmsg/recvmmsg fallback
   bool use_gso = true;                 // UDP_SEGMENT on send where supported
@@ -135,11 +136,12 @@ class Runtime {
   // (ACKs for what completed here, NAKs); the destructor does it too. For
   // a process that exits without closing its devices. Idempotent.
   virtual void shutdown() = 0;
-  // Added for path discovery: path i of `peer` leaves from source port
-  // ports[i % size] (opening sockets for ports not open yet) instead of the
-  // default sockets. Meant for before the first packet to the peer (a path
-  // that changes its source port mid-transfer changes its route). False, with
-  // `error`, when a port cannot be bound or the peer is unknown.
+  // Path i of `peer` leaves from source port ports[i % size] (opening
+  // sockets for ports not open yet) instead of the default sockets, so that
+  // path discovery can steer it. Meant for before the first packet to the
+  // peer (a path that changes its source port mid-transfer changes its
+  // route). False, with `error`, when a port cannot be bound or the peer is
+  // unknown.
   virtual bool route_peer(transport::PeerId peer, const std::vector<uint16_t>& ports, std::string& error) = 0;
   // The source port path `path` of `peer` leaves from.
   virtual uint16_t source_port(transport::PeerId peer, uint16_t path) const = 0;

@@ -179,7 +179,8 @@ class Endpoint {
   std::vector<PeerId> peers() const;  // every peer with a connection
   // Applies new congestion parameters to running connections.
   void set_congestion(const CongestionConfig& cc);
-  // Added for metaroced: the receiver rate hint's share, applied from the next ACK.
+  // Sets the share of the inbound capacity the rate hint hands out to several
+  // senders (EndpointConfig::rate_hint_utilization); applied from the next ACK.
   void set_rate_hint_utilization(double utilization) { config_.rate_hint_utilization = utilization; }
   // The driver saw the plane's NIC go down (or come back up). Down: every
   // path on it is drained at once, its packets in flight are resent on the
