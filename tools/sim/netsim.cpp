@@ -175,10 +175,6 @@ const LinkStats& Simulator::stats(LinkId link) const { return link_ref(link).sta
 NodeId Simulator::link_from(LinkId link) const { return link_ref(link).from; }
 NodeId Simulator::link_to(LinkId link) const { return link_ref(link).to; }
 
-bool Simulator::is_host(NodeId node) const {
-  return node < nodes_.size() && nodes_[node].host != nullptr;
-}
-
 const std::vector<LinkId>& Simulator::links_from(NodeId node) const {
   if (node >= nodes_.size()) throw std::out_of_range("netsim: unknown node");
   return nodes_[node].out_links;

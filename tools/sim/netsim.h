@@ -183,7 +183,6 @@ class Simulator {
   NodeId link_to(LinkId link) const;
   size_t link_count() const { return links_.size(); }
   size_t node_count() const { return nodes_.size(); }
-  bool is_host(NodeId node) const;
   const std::vector<LinkId>& links_from(NodeId node) const;
   // Bytes waiting in the link's queue now, including the rest of the frame
   // being serialized.

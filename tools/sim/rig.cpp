@@ -49,14 +49,4 @@ void TwoHostRig::blackhole(size_t index, Time start, Time end) {
   }
 }
 
-void TwoHostRig::set_loss(double loss) {
-  for (const auto* list : {&links_.forward, &links_.reverse}) {
-    for (LinkId link : *list) {
-      LinkParams p = sim_.link(link);
-      p.loss = loss;
-      sim_.set_link(link, p);
-    }
-  }
-}
-
 }  // namespace metaroce::sim

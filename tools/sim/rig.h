@@ -48,7 +48,6 @@ class TwoHostRig {
   QpPair connect_qps(const transport::QpConfig& config = {}, uint32_t pd = 1);
   // Every packet entering link `index` (both directions) in [start, end) is dropped.
   void blackhole(size_t index, Time start, Time end);
-  void set_loss(double loss);
 
  private:
   Simulator sim_;
