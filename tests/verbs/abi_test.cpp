@@ -528,10 +528,19 @@ TEST(AbiSymbols, PrivateFunctionsResolveAtIbverbsPrivate34) {
   dlclose(lib);
 }
 
-TEST(AbiSymbols, RegisterDriverAcceptsOurOps) {
-  // Adds the ops to libibverbs' driver list; nothing in sysfs matches them.
+// What the provider does: its constructor registers the ops (libibverbs
+// lists them as a driver, tried only on sysfs devices, which this test never
+// lists), and then opens devices whose ops are the same struct.
+TEST_F(AbiTest, RegisteredOpsStillOpenDevices) {
   verbs_register_driver_34(&g_device_ops);
-  SUCCEED();
+  g_alloc_cmd_fd = 12345;
+  ibv_context* second = ibv_open_device(&device->vdev.device);
+  ASSERT_NE(second, nullptr) << std::strerror(errno);
+  EXPECT_EQ(g_alloc_cmd_fd, -1);  // alloc_context ran
+  EXPECT_EQ(device->vdev.ops, &g_device_ops);
+  EXPECT_EQ(refcount(device), 3);
+  EXPECT_EQ(op_of([&] { ibv_close_device(second); }), 39);
+  EXPECT_EQ(refcount(device), 2);
 }
 
 TEST(AbiC, HeaderCompilesAsC) {
