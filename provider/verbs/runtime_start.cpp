@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstdio>
 
+#include "metaroce/splitmix64.h"
+
 namespace metaroce::verbs {
 namespace {
 
@@ -27,6 +29,12 @@ bool port_looks_free(const sockaddr_storage& address, uint16_t port) {
   const bool ok = ::bind(fd, reinterpret_cast<const sockaddr*>(&a), len) == 0 || errno != EADDRINUSE;
   ::close(fd);
   return ok;
+}
+
+// The seed of the runtime's test drops: the option's, else one derived from
+// the home port, so that contexts on different ports drop differently.
+uint64_t test_seed_for(const Options& o, uint16_t home_port) {
+  return o.test_seed ? o.test_seed : splitmix64_mix(home_port);
 }
 
 // The speed the kernel reports for the interface (ethtool's), 0 if it has
@@ -68,7 +76,7 @@ std::unique_ptr<io::Runtime> start_with_daemon(const Device& device, const Optio
     }
     ro.home_port = lease->home_port;
     ro.endpoint.qpn_base = qpn_base_for_port(ro.home_port);
-    ro.test_seed = o.test_seed ? o.test_seed : 0x9e3779b97f4a7c15ull ^ ro.home_port;
+    ro.test_seed = test_seed_for(o, ro.home_port);
     ro.path_source_ports = lease->source_ports;
     ro.endpoint.security = lease->security;
     if (!o.paths_explicit) ro.endpoint.paths = static_cast<uint16_t>(lease->source_ports.size());
@@ -137,7 +145,7 @@ std::unique_ptr<io::Runtime> start_runtime(const Device& device, const Options& 
     if (!o.home_port && !port_looks_free(device.address, static_cast<uint16_t>(port))) continue;
     ro.home_port = static_cast<uint16_t>(port);
     ro.endpoint.qpn_base = qpn_base_for_port(ro.home_port);
-    ro.test_seed = o.test_seed ? o.test_seed : 0x9e3779b97f4a7c15ull ^ port;
+    ro.test_seed = test_seed_for(o, ro.home_port);
     std::unique_ptr<io::Runtime> runtime = io::Runtime::create(ro, error);
     if (runtime) return runtime;
     // Another process may have taken the port since the probe.
