@@ -16,21 +16,18 @@
 #include <memory>
 #include <vector>
 
+#include "metaroce/splitmix64.h"
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
 namespace replay {
 
 using Bytes = std::vector<uint8_t>;
 
-// SplitMix64: small, fast and the same on every platform.
-struct SplitMix {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+// The project's SplitMix64 (the same on every platform), with the draws the
+// generators use.
+struct SplitMix : metaroce::SplitMix64 {
+  using SplitMix64::SplitMix64;
   size_t below(size_t n) { return n == 0 ? 0 : static_cast<size_t>(next() % n); }
   uint8_t byte() { return static_cast<uint8_t>(next()); }
 };

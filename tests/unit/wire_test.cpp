@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "metaroce/splitmix64.h"
+
 namespace metaroce::wire {
 namespace {
 
@@ -26,17 +28,6 @@ const Opcode kAllOpcodes[] = {
     Opcode::Send,         Opcode::SendImm,      Opcode::Write,
     Opcode::WriteImm,     Opcode::ReadRequest,  Opcode::ReadResponse,
     Opcode::FetchAdd,     Opcode::CompareSwap,  Opcode::AtomicResponse,
-};
-
-// Deterministic generator for test patterns.
-struct SplitMix {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
 };
 
 // Decodes a heap copy of exactly the first `len` bytes of `bytes`, so that
@@ -280,7 +271,7 @@ TEST(WireRoundTrip, DataEveryOpcodeZeroAndExtremeValues) {
 }
 
 TEST(WireRoundTrip, DataMixedValues) {
-  SplitMix rng{42};
+  SplitMix64 rng{42};
   for (int iter = 0; iter < 200; ++iter) {
     for (Opcode op : kAllOpcodes) {
       DataCase c = data_case(op, false, carries_payload(op) ? 1 + rng.next() % 64 : 0);
@@ -324,7 +315,7 @@ TEST(WireRoundTrip, DataMissingExtensionEncodesZeros) {
 }
 
 Ack full_ack(bool extreme, uint64_t seed) {
-  SplitMix rng{seed};
+  SplitMix64 rng{seed};
   Ack ack;
   ack.rate_hint_mbps = extreme ? kMax32 : 0;
   ack.ack_delay_ns = extreme ? kMax32 : 0;
