@@ -75,17 +75,6 @@ constexpr std::pair<const char*, uint64_t transport::EndpointCounters::*> kCount
 };
 static_assert(std::size(kCounterFields) == std::size(control::kDropCounters) + std::size(control::kDuplicateCounters));
 
-const char* state_name(transport::QpState state) {
-  switch (state) {
-    case transport::QpState::Reset: return "reset";
-    case transport::QpState::Init: return "init";
-    case transport::QpState::ReadyToReceive: return "rtr";
-    case transport::QpState::ReadyToSend: return "rts";
-    case transport::QpState::Error: return "error";
-  }
-  return "?";
-}
-
 json failure(const std::string& why) { return {{"ok", false}, {"error", why}}; }
 
 class Target {
@@ -166,7 +155,7 @@ class Target {
     const std::optional<transport::QpState> state =
         runtime_->with_engine([&](Endpoint& e, Time) { return e.qp_state(qpn); });
     if (!state) return failure("no such QP");
-    return {{"ok", true}, {"state", state_name(*state)}};
+    return {{"ok", true}, {"state", transport::to_string(*state)}};
   }
 
   json register_buffer(uint64_t length, uint32_t access) {
