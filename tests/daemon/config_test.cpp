@@ -30,7 +30,7 @@ TEST(Config, PackagedDefaultParsesToTheBuiltInDefaults) {
   const Config defaults;
   EXPECT_EQ(r.config->log_level, defaults.log_level);
   EXPECT_EQ(r.config->socket_path, defaults.socket_path);
-  EXPECT_EQ(r.config->ports.home_first, 4792);
+  EXPECT_EQ(r.config->ports.home_first, wire::kHomePortBase);
   EXPECT_EQ(r.config->ports.source_first, defaults.ports.source_first);
   EXPECT_EQ(r.config->ports.block_size, defaults.ports.block_size);
   EXPECT_EQ(r.config->discovery.timeout_ms, defaults.discovery.timeout_ms);

@@ -10,7 +10,7 @@ namespace {
 
 PortsConfig small_pools() {
   PortsConfig c;
-  c.home_first = 4792;
+  c.home_first = wire::kHomePortBase;
   c.home_count = 8;
   c.source_first = 20000;
   c.source_count = 64 * 6;

@@ -1145,7 +1145,8 @@ size_t World::build_data(Reader& r, Kind kind, Side& to, Side& from, std::span<u
 }
 
 size_t World::encode_data_packet(Reader& r, uint16_t path, const LastData& d, size_t payload, std::span<uint8_t> out) {
-  const size_t header = wire::encode_data(out, {path, 4792}, d.h, &d.read, &d.atomic, &d.original, payload);
+  const size_t header =
+      wire::encode_data(out, {path, wire::kHomePortBase}, d.h, &d.read, &d.atomic, &d.original, payload);
   if (header == 0) return 0;
   const uint8_t fill = r.u8();
   for (size_t i = 0; i < payload; ++i) out[header + i] = static_cast<uint8_t>(fill + i * 7);
@@ -1209,7 +1210,7 @@ size_t World::build_ack(Reader& r, Side& to, std::span<uint8_t> out) {
     ack.streams[i].qpn = (sel & 0x80) ? r.u32() : (sel & 0x40) ? to.qpn[qp] + 2 : to.qpn[qp];
     ack.streams[i].completed_msn = (sel & 0x20) ? r.u32() : to.posted[qp] + static_cast<uint32_t>(r.delta(6));
   }
-  return wire::encode_ack(out, {pick_path(r), 4792}, ack);
+  return wire::encode_ack(out, {pick_path(r), wire::kHomePortBase}, ack);
 }
 
 size_t World::build_nak(Reader& r, Side& to, std::span<uint8_t> out) {
@@ -1224,7 +1225,7 @@ size_t World::build_nak(Reader& r, Side& to, std::span<uint8_t> out) {
   const uint8_t more = r.u8();
   nak.expected_seq = (more & 1) ? r.u32() : to.sent_seq[0] + static_cast<uint32_t>(r.delta(8));
   nak.rnr_delay_ns = (more & 2) ? r.u32() : r.u8() * 1000u;
-  return wire::encode_nak(out, {pick_path(r), 4792}, nak);
+  return wire::encode_nak(out, {pick_path(r), wire::kHomePortBase}, nak);
 }
 
 size_t World::build_probe(Reader& r, std::span<uint8_t> out) {
@@ -1232,7 +1233,7 @@ size_t World::build_probe(Reader& r, std::span<uint8_t> out) {
   wire::Probe probe;
   probe.probe_seq = (sel & 0x80) ? r.u32() : (sel >> 1) & 3;
   probe.timestamp = (sel & 0x40) ? r.u64() : now_ - r.u16() * 10u;
-  return wire::encode_probe(out, {pick_path(r), 4792},
+  return wire::encode_probe(out, {pick_path(r), wire::kHomePortBase},
                             (sel & 1) ? wire::PacketType::ProbeReply : wire::PacketType::Probe, probe);
 }
 

@@ -140,7 +140,7 @@ std::vector<Bytes> valid_packets() {
     u.imm = 0xCAFEBABE;
     const size_t length = salt * 300;
     Bytes b(kUdHeaderBytes + length, static_cast<uint8_t>(0x40 + salt));
-    encode_ud(b, {0, 4792}, u, length);
+    encode_ud(b, {0, kHomePortBase}, u, length);
     seeds.push_back(std::move(b));
   }
   return seeds;

@@ -150,8 +150,8 @@ TEST(GsiAddress, NoUnspecifiedOrMulticastDestination) {
 TEST(GsiAddress, Qp1ListensOnTheGsiPortOthersOnTheirHomePort) {
   EXPECT_EQ(mroce_ud_dest_port(1, 4788), 4788);
   EXPECT_EQ(mroce_ud_dest_port(1, 5000), 5000);
-  EXPECT_EQ(mroce_ud_dest_port((5u << 12) | 3, 4788), 4792 + 5);
-  EXPECT_EQ(mroce_ud_dest_port((4095u << 12) | 4095, 4788), 4792 + 4095);
+  EXPECT_EQ(mroce_ud_dest_port((5u << 12) | 3, 4788), METAROCE_HOME_PORT_BASE + 5);
+  EXPECT_EQ(mroce_ud_dest_port((4095u << 12) | 4095, 4788), METAROCE_HOME_PORT_BASE + 4095);
 }
 
 TEST(GsiAddress, QkeyWithHighBitMeansTheQpsOwn) {

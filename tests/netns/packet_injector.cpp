@@ -33,6 +33,8 @@
 #include <string>
 #include <vector>
 
+#include "metaroce/wire.h"
+
 namespace {
 
 enum Kind { kBitFlip, kTruncate, kExtend, kOverwrite4, kOverwrite8, kReplay, kGarbage, kKinds };
@@ -45,7 +47,8 @@ void on_signal(int) { g_stop = 1; }
 
 struct Args {
   in_addr dest{};
-  uint16_t port_first = 4792, port_last = 8887;  // MetaRoCE home ports
+  uint16_t port_first = metaroce::wire::kHomePortBase;  // MetaRoCE home ports
+  uint16_t port_last = metaroce::wire::kHomePortBase + metaroce::wire::kHomePortCount - 1;
   uint32_t every = 16;  // inject after every N-th captured datagram (on average)
   uint64_t max = 20000;
   double seconds = 30;

@@ -184,7 +184,7 @@ TEST(Incarnations, RestartedPeerOnTheSameHomePortAndQpnsWorksAtOnce) {
     h.remote_addr = addr(sink1.data());
     h.rkey = 0;  // dropped before any key is looked at
     Bytes d(wire::kDataHeaderBytes + 16 + wire::kMaxTrailerBytes, 0xEE);
-    const size_t n = wire::encode_data(d, {0, 4792}, h, nullptr, nullptr, nullptr, 16);
+    const size_t n = wire::encode_data(d, {0, wire::kHomePortBase}, h, nullptr, nullptr, nullptr, 16);
     d.resize(b2->seal_datagram(kA, d, n + 16));
     const uint64_t stale = a.counters().rx_drop_stale_epoch;
     const Bytes sink1_now = sink1;
@@ -250,7 +250,7 @@ TEST(Incarnations, ANewEpochIsNotBelievedWhileTheCurrentOneTalks) {
             PostResult::Ok);
   wire::Probe probe{1, 2};
   Bytes d(impostor.max_datagram_bytes());
-  const size_t n = wire::encode_probe(d, {0, 4792}, wire::PacketType::Probe, probe);
+  const size_t n = wire::encode_probe(d, {0, wire::kHomePortBase}, wire::PacketType::Probe, probe);
   d.resize(impostor.seal_datagram(kA, d, n));
   const EndpointCounters before = a.counters();
   a.on_datagram(pump.now, kB, d, false);
@@ -388,7 +388,7 @@ TEST_P(Authenticated, ForgeriesWithACorrectCrcAreDropped) {
   const EndpointCounters before = b_->counters();
   for (const wire::Security mode : {GetParam(), wire::Security::Integrity}) {
     Bytes d(wire::kDataHeaderBytes + 16 + wire::kMaxTrailerBytes, 0x99);
-    const size_t n = wire::encode_data(d, {0, 4792}, h, nullptr, nullptr, nullptr, 16);
+    const size_t n = wire::encode_data(d, {0, wire::kHomePortBase}, h, nullptr, nullptr, nullptr, 16);
     wire::stamp_common(d, mode, a_->epoch(), b_->epoch(), 1u << 20);
     seal_integrity(d, n + 16);
     d.resize(n + 16 + wire::trailer_bytes(mode));

@@ -42,7 +42,7 @@ Bytes write_datagram(size_t payload_len, size_t& length) {
   h.remote_addr = 0x10000;
   h.rkey = 0xabc00001;
   Bytes out(wire::kDataHeaderBytes + payload_len + wire::kMaxTrailerBytes);
-  const size_t header = wire::encode_data(out, {2, 4792}, h, nullptr, nullptr, nullptr, payload_len);
+  const size_t header = wire::encode_data(out, {2, wire::kHomePortBase}, h, nullptr, nullptr, nullptr, payload_len);
   const Bytes payload = pattern(payload_len, 9);
   std::memcpy(out.data() + header, payload.data(), payload_len);
   length = header + payload_len;

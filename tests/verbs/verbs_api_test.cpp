@@ -22,6 +22,7 @@
 
 #include "ibverbs_private.h"
 #include "metaroce/metaroce_dv.h"
+#include "metaroce/wire.h"
 
 namespace {
 
@@ -240,8 +241,8 @@ TEST(VerbsDevices, DeviceListAndIdentity) {
   ASSERT_NE(ctx, nullptr);
   EXPECT_TRUE(metaroce_dv_is_metaroce_context(ctx));
   const uint16_t port = metaroce_dv_home_port(ctx);
-  EXPECT_GE(port, 4792);
-  EXPECT_LT(port, 4792 + 4096);
+  EXPECT_GE(port, metaroce::wire::kHomePortBase);
+  EXPECT_LT(port, metaroce::wire::kHomePortBase + metaroce::wire::kHomePortCount);
   EXPECT_EQ(ibv_close_device(ctx), 0);
   metaroce_dv_free_device_list(list);
 }
@@ -819,7 +820,8 @@ TEST_F(VerbsTest, QpNumbersEncodeTheHomePort) {
   ibv_qp* qp1 = make_qp(a);
   ibv_qp* qp2 = make_qp(a);
   const uint16_t port = metaroce_dv_home_port(a.ctx);
-  EXPECT_EQ(qp1->qp_num, (static_cast<uint32_t>(port - 4792) << 12) | 1);
+  const uint32_t slot = port - metaroce::wire::kHomePortBase;
+  EXPECT_EQ(qp1->qp_num, (slot << metaroce::wire::kQpnIndexBits) | 1);
   EXPECT_EQ(qp2->qp_num, qp1->qp_num + 1);
   EXPECT_NE(metaroce_dv_home_port(a.ctx), metaroce_dv_home_port(b.ctx));
 }

@@ -15,7 +15,7 @@ namespace metaroce::sim {
 
 class EngineHost : public Host {
  public:
-  static constexpr uint16_t kHomePort = 4792;
+  static constexpr uint16_t kHomePort = wire::kHomePortBase;
   static constexpr uint16_t kBasePort = 49152;
 
   explicit EngineHost(const transport::EndpointConfig& config) : endpoint_(config) {}
