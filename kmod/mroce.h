@@ -17,7 +17,6 @@
 
 #include "mroce_logic.h"
 
-#define MROCE_FW_VER "metaroce 0.1.0"
 /* GID table entries per port: the default (link-local) GID plus the
  * netdev's IPv4 and IPv6 addresses, filled by the RDMA core. */
 #define MROCE_GID_TABLE_LEN METAROCE_GID_TABLE_LEN

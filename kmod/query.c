@@ -19,10 +19,10 @@ static int mroce_query_device(struct ib_device *ib, struct ib_device_attr *attr,
 	memset(attr, 0, sizeof(*attr));
 	attr->fw_ver = 0;
 	attr->sys_image_guid = ib->node_guid;
-	attr->max_mr_size = ~0ull;
-	attr->page_size_cap = 0xfffff000;
-	attr->vendor_id = 0xffffff;
-	attr->max_qp = METAROCE_QP_INDEX_MAX - METAROCE_QP_INDEX_MIN + 1;
+	attr->max_mr_size = METAROCE_MAX_MR_SIZE;
+	attr->page_size_cap = METAROCE_PAGE_SIZE_CAP;
+	attr->vendor_id = METAROCE_VENDOR_ID;
+	attr->max_qp = METAROCE_MAX_QP;
 	attr->max_qp_wr = METAROCE_MAX_QP_WR;
 	attr->device_cap_flags = IB_DEVICE_RC_RNR_NAK_GEN | IB_DEVICE_SYS_IMAGE_GUID | IB_DEVICE_PORT_ACTIVE_EVENT |
 				 IB_DEVICE_SRQ_RESIZE;
@@ -44,8 +44,8 @@ static int mroce_query_device(struct ib_device *ib, struct ib_device_attr *attr,
 	attr->max_srq_wr = METAROCE_MAX_SRQ_WR;
 	attr->max_srq_sge = METAROCE_MAX_SGE;
 	attr->max_ah = METAROCE_MAX_AH;
-	attr->max_pkeys = 1;
-	attr->local_ca_ack_delay = 15;
+	attr->max_pkeys = METAROCE_PKEY_TBL_LEN;
+	attr->local_ca_ack_delay = METAROCE_LOCAL_CA_ACK_DELAY;
 	return 0;
 }
 
@@ -78,9 +78,9 @@ static int mroce_query_port(struct ib_device *ib, u32 port, struct ib_port_attr 
 	/* The core zeroes *attr and checks the port number. */
 	attr->max_mtu = IB_MTU_4096;
 	attr->gid_tbl_len = MROCE_GID_TABLE_LEN;
-	attr->pkey_tbl_len = 1;
-	attr->max_msg_sz = 1u << 31;
-	attr->max_vl_num = 1;
+	attr->pkey_tbl_len = METAROCE_PKEY_TBL_LEN;
+	attr->max_msg_sz = METAROCE_MAX_MSG_SIZE;
+	attr->max_vl_num = METAROCE_MAX_VL_NUM;
 	attr->state = IB_PORT_DOWN;
 	attr->phys_state = IB_PORT_PHYS_STATE_DISABLED;
 	attr->active_mtu = IB_MTU_256;
@@ -123,14 +123,14 @@ static int mroce_query_pkey(struct ib_device *ib, u32 port, u16 index, u16 *pkey
 {
 	if (index != 0)
 		return -EINVAL;
-	*pkey = 0xffff;	/* the default partition, full member */
+	*pkey = METAROCE_DEFAULT_PKEY;
 	return 0;
 }
 
 static void mroce_get_dev_fw_str(struct ib_device *ib, char *str)
 {
 	/* The provider matches devices by this prefix (sysfs fw_ver). */
-	snprintf(str, IB_FW_VERSION_NAME_MAX, "%s", MROCE_FW_VER);
+	snprintf(str, IB_FW_VERSION_NAME_MAX, "%s", METAROCE_FW_VER);
 }
 
 const struct ib_device_ops mroce_query_ops = {

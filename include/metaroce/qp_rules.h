@@ -24,7 +24,8 @@
 
 #include "abi.h"
 
-/* --- device limits (ibv_query_device) ------------------------------------------ */
+/* --- device limits and attributes (ibv_query_device, ibv_query_port) --------------- */
+#define METAROCE_MAX_QP (METAROCE_QP_INDEX_MAX - METAROCE_QP_INDEX_MIN + 1)
 #define METAROCE_MAX_QP_WR 4096
 #define METAROCE_MAX_SGE 8
 #define METAROCE_MAX_INLINE_DATA 4096
@@ -36,6 +37,18 @@
 #define METAROCE_MAX_SRQ (1 << 12)
 #define METAROCE_MAX_SRQ_WR (1 << 14)
 #define METAROCE_MAX_AH (1 << 16)
+#define METAROCE_MAX_MSG_SIZE (1u << 31) /* max_msg_sz: a request claiming more is invalid */
+#define METAROCE_MAX_MR_SIZE (~0ull)
+#define METAROCE_PAGE_SIZE_CAP 0xfffff000u
+#define METAROCE_VENDOR_ID 0xffffff
+#define METAROCE_LOCAL_CA_ACK_DELAY 15
+#define METAROCE_MAX_VL_NUM 1
+/* One P_Key, the default partition with full membership. */
+#define METAROCE_PKEY_TBL_LEN 1
+#define METAROCE_DEFAULT_PKEY 0xffff
+/* The firmware version both report; the provider recognises a kernel
+ * device by its METAROCE_HCA_TYPE prefix. */
+#define METAROCE_FW_VER METAROCE_HCA_TYPE " 0.1.0"
 
 /* --- QP states, attribute-mask bits, access flags -------------------------------- */
 #define METAROCE_QPS_RESET 0

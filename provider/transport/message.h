@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "metaroce/qp_rules.h"
 #include "metaroce/wire.h"
 #include "types.h"
 
@@ -46,7 +47,7 @@ class ChunkSet {
 };
 
 // The largest message, as verbs' max_msg_sz: a request claiming more is invalid.
-inline constexpr uint64_t kMaxMessageBytes = uint64_t{1} << 31;
+inline constexpr uint64_t kMaxMessageBytes = METAROCE_MAX_MSG_SIZE;
 
 inline uint32_t chunk_count(uint64_t length, uint32_t mtu) {
   return length == 0 ? 1 : static_cast<uint32_t>((length + mtu - 1) / mtu);

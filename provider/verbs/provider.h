@@ -40,13 +40,13 @@ inline constexpr uint32_t kHomePortCount = wire::kHomePortCount;
 inline constexpr uint32_t kQpIndexBits = wire::kQpnIndexBits;
 static_assert(kHomePortBase == METAROCE_HOME_PORT_BASE && kQpIndexBits == METAROCE_QPN_INDEX_BITS &&
               kHomePortCount == METAROCE_SLOT_MAX + 1);
-inline constexpr uint32_t kMaxQpsPerContext = (1u << kQpIndexBits) - 1;  // index 1..4095
+inline constexpr uint32_t kMaxQpsPerContext = METAROCE_MAX_QP;  // index 1..4095
 inline constexpr uint32_t kMaxQpWr = METAROCE_MAX_QP_WR;
 inline constexpr uint32_t kMaxSge = METAROCE_MAX_SGE;
 inline constexpr uint32_t kMaxInlineData = METAROCE_MAX_INLINE_DATA;
 inline constexpr uint32_t kMaxCqe = METAROCE_MAX_CQE;
 inline constexpr uint32_t kMaxRdAtomic = METAROCE_MAX_RD_ATOMIC;
-inline constexpr uint32_t kMaxMsgSize = 1u << 31;
+inline constexpr uint32_t kMaxMsgSize = METAROCE_MAX_MSG_SIZE;
 inline constexpr uint32_t kMaxPd = METAROCE_MAX_PD;
 inline constexpr uint32_t kMaxMr = METAROCE_MAX_MR;
 inline constexpr uint32_t kMaxCq = METAROCE_MAX_CQ;

@@ -18,12 +18,12 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
   Context* ctx = context_of(context);
   ibv_device_attr_ex a{};
   ibv_device_attr& d = a.orig_attr;
-  std::snprintf(d.fw_ver, sizeof d.fw_ver, "metaroce 0.1.0");
+  std::snprintf(d.fw_ver, sizeof d.fw_ver, "%s", METAROCE_FW_VER);
   d.node_guid = ctx->device->guid_be;
   d.sys_image_guid = ctx->device->guid_be;
-  d.max_mr_size = ~0ull;
-  d.page_size_cap = 0xfffff000;
-  d.vendor_id = 0xffffff;
+  d.max_mr_size = METAROCE_MAX_MR_SIZE;
+  d.page_size_cap = METAROCE_PAGE_SIZE_CAP;
+  d.vendor_id = METAROCE_VENDOR_ID;
   d.vendor_part_id = 0;
   d.hw_ver = 0;
   d.max_qp = static_cast<int>(kMaxQpsPerContext);
@@ -46,8 +46,8 @@ int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input
   d.max_srq_wr = static_cast<int>(kMaxSrqWr);
   d.max_srq_sge = static_cast<int>(kMaxSge);
   d.max_ah = static_cast<int>(kMaxAh);
-  d.max_pkeys = 1;
-  d.local_ca_ack_delay = 15;
+  d.max_pkeys = METAROCE_PKEY_TBL_LEN;
+  d.local_ca_ack_delay = METAROCE_LOCAL_CA_ACK_DELAY;
   d.phys_port_cnt = 1;
   a.phys_port_cnt_ex = 1;
   std::memcpy(attr, &a, std::min(attr_size, sizeof a));
@@ -66,9 +66,9 @@ int query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* port_attr)
   p.gid_tbl_len = ctx->device->kernel ? METAROCE_GID_TABLE_LEN : 1;
   p.port_cap_flags = 0;
   p.max_msg_sz = kMaxMsgSize;
-  p.pkey_tbl_len = 1;
+  p.pkey_tbl_len = METAROCE_PKEY_TBL_LEN;
   p.lid = 0;
-  p.max_vl_num = 1;
+  p.max_vl_num = METAROCE_MAX_VL_NUM;
   p.active_width = 2;    // 4x
   p.active_speed = 32;   // EDR: 4x EDR = 100 Gb/s
   p.phys_state = 5;      // LinkUp
@@ -123,7 +123,7 @@ int metaroce_priv_query_gid_type(ibv_context*, uint8_t port_num, unsigned int in
 
 int metaroce_priv_query_pkey(ibv_context*, uint8_t port_num, int index, __be16* pkey) {
   if (port_num != 1 || index != 0) return EINVAL;
-  *pkey = htobe16(0xffff);  // the default partition, full membership
+  *pkey = htobe16(METAROCE_DEFAULT_PKEY);
   return 0;
 }
 
