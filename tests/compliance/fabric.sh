@@ -25,11 +25,10 @@ at_exit stop_target
 
 ip netns exec "${PREFIX}-h1" "$TARGET" --address "$(fab addr h1)" >"$WORK/target.out" 2>&1 &
 TARGET_PID=$!
-for _ in $(seq 1 300); do
-    grep -qs '^control ' "$WORK/target.out" && break
-    kill -0 "$TARGET_PID" 2>/dev/null || { cat "$WORK/target.out" >&2; fail "the target exited"; }
-    sleep 0.1  # bounded: 30 s for the target to announce its side channel
-done
+announced() { grep -qs '^control ' "$WORK/target.out"; }
+announced_or_exited() { announced || process_gone "$TARGET_PID"; }
+wait_until 30 announced_or_exited || fail "the target never announced its side channel (30 s)"
+announced || { cat "$WORK/target.out" >&2; fail "the target exited"; }
 read -r _ address port < <(grep '^control ' "$WORK/target.out") || fail "the target never announced its side channel"
 note "target on $address, side channel port $port"
 ip netns exec "${PREFIX}-h0" "$SUITE" --spec "$SPEC" --target "$address:$port" --local-address "$(fab addr h0)" "$@" \
