@@ -36,9 +36,15 @@
 //                                            error {message}
 #pragma once
 
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 #include <cctype>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <span>
 #include <string>
@@ -58,6 +64,25 @@ inline constexpr const char* kDefaultSocket = "/run/metaroce/metaroced.sock";
 inline constexpr const char* kSocketEnv = "METAROCE_DAEMON_SOCKET";
 // A lease names at most one source port per path of a connection.
 inline constexpr uint16_t kMaxPaths = wire::kMaxPaths;
+
+// A connection to the daemon's socket at `path`, or -1 with `error`
+// ("PATH: reason").
+inline int connect_socket(const std::string& path, std::string& error) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (path.size() >= sizeof a.sun_path) {
+    error = path + ": path too long";
+    return -1;
+  }
+  std::memcpy(a.sun_path, path.c_str(), path.size());
+  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
+    error = path + ": " + std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  return fd;
+}
 
 enum class Type {
   Lease,

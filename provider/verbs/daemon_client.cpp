@@ -6,7 +6,6 @@
 #include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -76,24 +75,11 @@ void apply_policy(io::Runtime& runtime, const ctl::Policy& policy, const transpo
 
 namespace {
 
-// A connected socket to the daemon, or -1 with `why`.
-int connect_socket(std::string& why) {
+// A connected socket to the daemon ($METAROCE_DAEMON_SOCKET, else the
+// default socket), or -1 with `why`.
+int connect_to_daemon(std::string& why) {
   const char* env = std::getenv(ctl::kSocketEnv);
-  const std::string path = env && *env ? env : ctl::kDefaultSocket;
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  if (path.size() >= sizeof a.sun_path) {
-    why = path + ": path too long";
-    return -1;
-  }
-  std::memcpy(a.sun_path, path.c_str(), path.size());
-  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (fd < 0 || ::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
-    why = path + ": " + std::strerror(errno);
-    if (fd >= 0) ::close(fd);
-    return -1;
-  }
-  return fd;
+  return ctl::connect_socket(env && *env ? env : ctl::kDefaultSocket, why);
 }
 
 // Sends `request` (a lease) on `fd` and reads the lease; a policy pushed
@@ -142,7 +128,7 @@ std::optional<DaemonLease> request_lease(int fd, const nlohmann::json& request, 
 }  // namespace
 
 std::unique_ptr<DaemonClient> DaemonClient::connect(std::string& why) {
-  const int fd = connect_socket(why);
+  const int fd = connect_to_daemon(why);
   if (fd < 0) return nullptr;
   return std::unique_ptr<DaemonClient>(new DaemonClient(fd));
 }
@@ -336,7 +322,7 @@ bool DaemonClient::reconnect() {
     pollfd stop{stop_fd_, POLLIN, 0};
     if (::poll(&stop, 1, kReconnectIntervalMs) != 0) return false;
     std::string why;
-    const int fd = connect_socket(why);
+    const int fd = connect_to_daemon(why);
     if (fd < 0) continue;  // not back yet
     std::optional<ctl::Policy> pushed;  // none can come before the lease is granted
     const std::optional<DaemonLease> l =

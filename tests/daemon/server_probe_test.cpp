@@ -11,7 +11,6 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -77,13 +76,8 @@ class HeldProber {
 };
 
 int connect_to(const std::string& path) {
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
-  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (fd >= 0 && ::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) return fd;
-  if (fd >= 0) ::close(fd);
-  return -1;
+  std::string error;
+  return ctl::connect_socket(path, error);
 }
 
 bool send_message(int fd, const json& m) {

@@ -33,13 +33,8 @@ namespace ctl = metaroce::ctl;
 using Clock = std::chrono::steady_clock;
 
 int connect_to(const std::string& path) {
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
-  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (fd >= 0 && ::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) return fd;
-  if (fd >= 0) ::close(fd);
-  return -1;
+  std::string error;
+  return ctl::connect_socket(path, error);
 }
 
 // One message, or nullopt after timeout_ms or on a closed connection.

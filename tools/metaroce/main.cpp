@@ -4,7 +4,6 @@
 // the control socket; the answer is printed as a table, or as the daemon's
 // JSON with --json.
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -29,17 +28,9 @@ namespace ctl = metaroce::ctl;
 constexpr int kReplyTimeoutMs = 15000;
 
 std::optional<json> request(const std::string& path, const json& req, std::string& error) {
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  if (path.size() >= sizeof a.sun_path) {
-    error = path + ": path too long";
-    return std::nullopt;
-  }
-  std::memcpy(a.sun_path, path.c_str(), path.size());
-  const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (fd < 0 || ::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
-    error = "cannot reach metaroced at " + path + ": " + std::strerror(errno);
-    if (fd >= 0) ::close(fd);
+  const int fd = ctl::connect_socket(path, error);
+  if (fd < 0) {
+    error = "cannot reach metaroced at " + error;
     return std::nullopt;
   }
   const std::string text = ctl::encode(req);
