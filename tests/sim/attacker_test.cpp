@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "attacker.h"
+#include "engine_fixture.h"
 #include "engine_printers.h"
 #include "metaroce/splitmix64.h"
 #include "rig.h"
@@ -35,16 +36,14 @@ using transport::SendWr;
 using transport::WcStatus;
 using transport::WrOpcode;
 
-constexpr uint32_t kPd = 1;
-constexpr uint32_t kAccess = transport::kAccessLocalWrite | transport::kAccessRemoteWrite |
-                             transport::kAccessRemoteRead | transport::kAccessRemoteAtomic;
+using testing::addr;
+using testing::kAllAccess;
+using testing::kPd;
 constexpr uint32_t kMessages = 128;
 constexpr uint32_t kMessageBytes = 24 * 1024 + 100;  // not a multiple of the MTU
 constexpr uint32_t kAtomics = 128;
 constexpr size_t kGuardBytes = 4096;       // after the sink: must stay untouched
 constexpr Time kBudgetNs = 2'000'000'000;  // virtual
-
-uint64_t addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
 enum class Op { Write, Read, Send, Atomic };
 const char* name(Op op) {
@@ -112,12 +111,12 @@ Outcome run(const Case& c, uint64_t seed, AttackerConfig attacker_config) {
   const bool a_owns_source = c.op != Op::Read;
   uint8_t* src = source.data();
   uint8_t* dst = sink.data();
-  const uint32_t src_key = *(a_owns_source ? a : b).memory().register_region(kPd, addr(src), source.size(), kAccess);
-  const uint32_t dst_key = *(a_owns_source ? b : a).memory().register_region(kPd, addr(dst), sink.size(), kAccess);
+  const uint32_t src_key = *(a_owns_source ? a : b).memory().register_region(kPd, addr(src), source.size(), kAllAccess);
+  const uint32_t dst_key = *(a_owns_source ? b : a).memory().register_region(kPd, addr(dst), sink.size(), kAllAccess);
   const uint32_t target_key =
-      *b.memory().register_region(kPd, addr(target.data()), target.size() * sizeof(uint64_t), kAccess);
+      *b.memory().register_region(kPd, addr(target.data()), target.size() * sizeof(uint64_t), kAllAccess);
   const uint32_t originals_key =
-      *a.memory().register_region(kPd, addr(originals.data()), originals.size() * sizeof(uint64_t), kAccess);
+      *a.memory().register_region(kPd, addr(originals.data()), originals.size() * sizeof(uint64_t), kAllAccess);
 
   Outcome out;
   std::vector<uint64_t> expected_originals(kAtomics);

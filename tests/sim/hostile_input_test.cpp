@@ -5,45 +5,34 @@
 // the application may already have reused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "metaroce/wire.h"
+#include "engine_fixture.h"
 #include "engine_printers.h"
 #include "forge.h"
-#include "rig.h"
 
 namespace metaroce::sim {
 namespace {
 
 using transport::Completion;
-using transport::Endpoint;
 using transport::PostResult;
 using transport::RecvWr;
 using transport::SendWr;
 using transport::WcStatus;
 using transport::WrOpcode;
+using testing::addr;
 
-constexpr uint32_t kPd = 1;
-constexpr uint32_t kAccess = transport::kAccessLocalWrite | transport::kAccessRemoteWrite |
-                             transport::kAccessRemoteRead | transport::kAccessRemoteAtomic;
-
-uint64_t addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
-
-class HostileInput : public ::testing::Test {
+// A's buffer is the source of what A sends, B's the sink.
+class HostileInput : public testing::TwoHostTest {
  protected:
   void SetUp() override {
-    RigSpec spec;
-    rig_ = std::make_unique<TwoHostRig>(spec);
-    qp_ = rig_->connect_qps({}, kPd);
-    source_.assign(64 * 1024, 0x11);
-    sink_.assign(64 * 1024, 0x22);
-    lkey_ = *a().memory().register_region(kPd, addr(source_.data()), source_.size(), kAccess);
-    rkey_ = *b().memory().register_region(kPd, addr(sink_.data()), sink_.size(), kAccess);
+    make_rig(RigSpec{}, 64 * 1024);
+    std::fill(abuf_.begin(), abuf_.end(), 0x11);
+    std::fill(bbuf_.begin(), bbuf_.end(), 0x22);
   }
-
-  Endpoint& a() { return rig_->a().endpoint(); }
-  Endpoint& b() { return rig_->b().endpoint(); }
 
   std::vector<uint8_t> data_packet(const wire::DataHeader& h, std::vector<uint8_t> payload) {
     std::vector<uint8_t> out = forge::data_packet(0, h, payload);
@@ -59,8 +48,8 @@ class HostileInput : public ::testing::Test {
     h.src_qpn = qp_.qp_a;
     h.msn = msn;
     h.msg_length = length;
-    h.remote_addr = addr(sink_.data());
-    h.rkey = rkey_;
+    h.remote_addr = addr(bbuf_.data());
+    h.rkey = bkey_;
     return h;
   }
 
@@ -104,9 +93,9 @@ class HostileInput : public ::testing::Test {
     w.wr_id = wr_id;
     w.opcode = WrOpcode::RdmaWrite;
     w.num_sge = 1;
-    w.sg[0] = {addr(source_.data()), length, lkey_};
-    w.remote_addr = addr(sink_.data());
-    w.rkey = rkey_;
+    w.sg[0] = {addr(abuf_.data()), length, akey_};
+    w.remote_addr = addr(bbuf_.data());
+    w.rkey = bkey_;
     ASSERT_EQ(a().post_send(qp_.qp_a, w), PostResult::Ok);
   }
 
@@ -139,23 +128,18 @@ class HostileInput : public ::testing::Test {
     while (b().poll_transmit(rig_->sim().now(), buf)) ++count;
     return count;
   }
-
-  std::unique_ptr<TwoHostRig> rig_;
-  QpPair qp_;
-  std::vector<uint8_t> source_, sink_;
-  uint32_t lkey_ = 0, rkey_ = 0;
 };
 
 TEST_F(HostileInput, LateDuplicateOfCompletedSendNeverTouchesTheReusedBuffer) {
   RecvWr recv;
   recv.wr_id = 1;
   recv.num_sge = 1;
-  recv.sg[0] = {addr(sink_.data()), 100, rkey_};
+  recv.sg[0] = {addr(bbuf_.data()), 100, bkey_};
   ASSERT_EQ(b().post_recv(qp_.qp_b, recv), PostResult::Ok);
   SendWr send;
   send.opcode = WrOpcode::Send;
   send.num_sge = 1;
-  send.sg[0] = {addr(source_.data()), 100, lkey_};
+  send.sg[0] = {addr(abuf_.data()), 100, akey_};
   ASSERT_EQ(a().post_send(qp_.qp_a, send), PostResult::Ok);
   rig_->sim().wake(rig_->node_a());
   ASSERT_TRUE(rig_->sim().run_until([&] { return b().cq_depth(qp_.cq_b) == 1; }, 1'000'000));
@@ -164,7 +148,7 @@ TEST_F(HostileInput, LateDuplicateOfCompletedSendNeverTouchesTheReusedBuffer) {
   ASSERT_EQ(wc[0].status, WcStatus::Success);
 
   // The application reuses its buffer; then a copy of message 1 arrives late.
-  std::memset(sink_.data(), 0x77, 100);
+  std::memset(bbuf_.data(), 0x77, 100);
   wire::DataHeader h = write_header(1, 100);
   h.opcode = wire::Opcode::Send;
   h.remote_addr = 0;
@@ -172,12 +156,12 @@ TEST_F(HostileInput, LateDuplicateOfCompletedSendNeverTouchesTheReusedBuffer) {
   const uint64_t duplicates = b().counters().rx_duplicate_completed;
   inject(rig_->node_a(), data_packet(h, std::vector<uint8_t>(100, 0x99)));
   EXPECT_EQ(b().counters().rx_duplicate_completed, duplicates + 1);
-  for (size_t i = 0; i < 100; ++i) ASSERT_EQ(sink_[i], 0x77) << "byte " << i;
+  for (size_t i = 0; i < 100; ++i) ASSERT_EQ(bbuf_[i], 0x77) << "byte " << i;
   EXPECT_EQ(b().cq_depth(qp_.cq_b), 0u);
 }
 
 TEST_F(HostileInput, StrayDatagramsOnlyCountDrops) {
-  const std::vector<uint8_t> before = sink_;
+  const std::vector<uint8_t> before = bbuf_;
   const auto counters_before = b().counters();
   const wire::DataHeader good = write_header(1, 16);
 
@@ -208,7 +192,7 @@ TEST_F(HostileInput, StrayDatagramsOnlyCountDrops) {
   EXPECT_EQ(after.rx_drop_unknown_qp, counters_before.rx_drop_unknown_qp + 2);
   EXPECT_EQ(after.rx_drop_out_of_window, counters_before.rx_drop_out_of_window + 1);
   EXPECT_EQ(after.placed_bytes, 0u);
-  EXPECT_EQ(sink_, before);
+  EXPECT_EQ(bbuf_, before);
   EXPECT_EQ(b().cq_depth(qp_.cq_b), 0u);
   // None of them is acknowledged: they changed no receive state.
   EXPECT_EQ(replies(), 0u);
@@ -221,7 +205,7 @@ TEST_F(HostileInput, InconsistentPlacementIsRefusedAndNaked) {
   odd.offset = 100;
   inject(rig_->node_a(), data_packet(odd, std::vector<uint8_t>(50, 0x55)));
   EXPECT_EQ(b().counters().rx_drop_bad_request, 1u);
-  for (size_t i = 0; i < 200; ++i) ASSERT_NE(sink_[i], 0x55);
+  for (size_t i = 0; i < 200; ++i) ASSERT_NE(bbuf_[i], 0x55);
   // Two packets of one message disagreeing on its length: the second is refused.
   wire::DataHeader first = write_header(1, 8192);
   first.path_seq = 1;
@@ -232,7 +216,7 @@ TEST_F(HostileInput, InconsistentPlacementIsRefusedAndNaked) {
   inject(rig_->node_a(), data_packet(liar, std::vector<uint8_t>(4096, 0x44)));
   EXPECT_EQ(b().counters().rx_drop_bad_request, 2u);
   EXPECT_GT(b().counters().tx_naks + replies(), 0u);
-  for (size_t i = 4096; i < 8192; ++i) ASSERT_EQ(sink_[i], 0x22);
+  for (size_t i = 4096; i < 8192; ++i) ASSERT_EQ(bbuf_[i], 0x22);
   // The stream reached a request it cannot carry out: the QP is in error,
   // as an RDMA NIC's responder is after an invalid request.
   EXPECT_EQ(b().qp_state(qp_.qp_b), transport::QpState::Error);
@@ -253,7 +237,7 @@ TEST_F(HostileInput, ACompletionClaimBeyondWhatWasPostedCompletesNothing) {
   const Completion wc = run_to_completion(1'000'000'000);
   EXPECT_EQ(wc.wr_id, 7u);
   EXPECT_EQ(wc.status, WcStatus::Success);
-  EXPECT_EQ(std::memcmp(sink_.data(), source_.data(), 4096), 0);
+  EXPECT_EQ(std::memcmp(bbuf_.data(), abuf_.data(), 4096), 0);
 }
 
 TEST_F(HostileInput, AckBlocksForPacketsNeverSentDeclareNothingLost) {
@@ -360,7 +344,7 @@ TEST_F(HostileInput, ReadsBeyondMaxDestRdAtomicAreRefused) {
     wire::DataHeader h = write_header(msn, 64 * 1024);
     h.opcode = wire::Opcode::ReadRequest;
     h.path_seq = msn;
-    wire::ReadRequest read{addr(source_.data()), lkey_};
+    wire::ReadRequest read{addr(abuf_.data()), akey_};
     inject(rig_->node_a(), forge::data_packet(0, h, {}, &read));
   }
   EXPECT_EQ(b().counters().rd_atomic_limit_refusals, 1u);
@@ -391,8 +375,8 @@ TEST_F(HostileInput, ALateChunkOfAnEarlierWriteNeverOverwritesALaterWrite) {
   earlier.offset = 4096;
   inject(rig_->node_a(), data_packet(earlier, std::vector<uint8_t>(4096, 0xaa)));
   // Both complete; the bytes are WRITE 2's where it wrote, WRITE 1's elsewhere.
-  for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(sink_[i], 0xbb) << "byte " << i;
-  for (size_t i = 4096; i < 8192; ++i) ASSERT_EQ(sink_[i], 0xaa) << "byte " << i;
+  for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(bbuf_[i], 0xbb) << "byte " << i;
+  for (size_t i = 4096; i < 8192; ++i) ASSERT_EQ(bbuf_[i], 0xaa) << "byte " << i;
   EXPECT_EQ(b().counters().rx_drop_bad_request, 0u);
   bool stream_acked = false;
   for (const wire::Packet& p : b_sends())

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "endpoint.h"
+#include "engine_fixture.h"
 #include "metaroce/wire.h"
 #include "packet_protection.h"
 
@@ -26,11 +27,10 @@ using Bytes = std::vector<uint8_t>;
 
 constexpr PeerId kA = 1;  // A's name at B
 constexpr PeerId kB = 2;  // B's name at A
-constexpr uint32_t kPd = 1;
+using sim::testing::addr;
+using sim::testing::kPd;
 constexpr uint32_t kAccess = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead;
 constexpr size_t kBytes = 64 * 1024;
-
-uint64_t addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
 EndpointConfig config(uint32_t epoch, wire::Security security = wire::Security::Integrity) {
   EndpointConfig c;

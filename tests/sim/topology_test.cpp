@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 
+#include "engine_fixture.h"
 #include "engine_host.h"
 #include "netsim.h"
 #include "rig.h"
@@ -24,7 +25,8 @@ using transport::SendWr;
 using transport::WcStatus;
 using transport::WrOpcode;
 
-constexpr uint32_t kPd = 1;
+using testing::addr;
+using testing::kPd;
 
 LinkParams link_params(uint64_t rate_bps = 100'000'000'000) {
   LinkParams p;
@@ -35,23 +37,6 @@ LinkParams link_params(uint64_t rate_bps = 100'000'000'000) {
   p.overhead_bytes = 66;
   return p;
 }
-
-struct Pair {
-  uint32_t cq_a, cq_b, qp_a, qp_b;
-};
-
-Pair connect(EngineHost& a, NodeId node_a, EngineHost& b, NodeId node_b) {
-  Pair p;
-  p.cq_a = a.endpoint().create_cq(1024);
-  p.cq_b = b.endpoint().create_cq(1024);
-  p.qp_a = a.endpoint().create_qp(kPd, p.cq_a, p.cq_a, {});
-  p.qp_b = b.endpoint().create_qp(kPd, p.cq_b, p.cq_b, {});
-  EXPECT_EQ(a.endpoint().connect_qp(p.qp_a, node_b, p.qp_b, {}), PostResult::Ok);
-  EXPECT_EQ(b.endpoint().connect_qp(p.qp_b, node_a, p.qp_a, {}), PostResult::Ok);
-  return p;
-}
-
-uint64_t addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
 TEST(Topology, EcmpSwitchesSpreadOneConnectionOverATwoTierFabric) {
   // host A - leaf 1 = 4 spine links = leaf 2 - host B. The leaves hash the
@@ -79,7 +64,7 @@ TEST(Topology, EcmpSwitchesSpreadOneConnectionOverATwoTierFabric) {
   sim.add_route(leaf2, na, spine_rev, Select::Hash);
   sim.add_route(leaf2, nb, {b_down});
 
-  const Pair p = connect(a, na, b, nb);
+  const QpPair p = connect_qps(a, na, b, nb, {}, kPd);
   std::vector<uint8_t> source(32 << 20), sink(32 << 20, 0);
   std::mt19937_64 rng(1);
   for (auto& byte : source) byte = static_cast<uint8_t>(rng());
@@ -142,7 +127,7 @@ IncastResult run_incast(size_t senders, uint64_t receiver_capacity_bps) {
 
   std::vector<std::unique_ptr<EngineHost>> hosts;
   std::vector<NodeId> nodes;
-  std::vector<Pair> pairs;
+  std::vector<QpPair> pairs;
   constexpr size_t kBytes = 4 << 20;
   std::vector<uint8_t> source(kBytes, 0x5c);
   std::vector<std::vector<uint8_t>> sinks(senders, std::vector<uint8_t>(kBytes, 0));
@@ -154,7 +139,7 @@ IncastResult run_incast(size_t senders, uint64_t receiver_capacity_bps) {
     const LinkId down = sim.add_link(sw, n, link_params());
     sim.set_default_route(n, {up});
     sim.add_route(sw, n, {down});
-    pairs.push_back(connect(*hosts.back(), n, receiver, nr));
+    pairs.push_back(connect_qps(*hosts.back(), n, receiver, nr, {}, kPd));
     transport::Endpoint& e = hosts.back()->endpoint();
     const uint32_t lkey = *e.memory().register_region(kPd, addr(source.data()), kBytes, transport::kAccessLocalWrite);
     const uint32_t rkey = *receiver.endpoint().memory().register_region(

@@ -10,8 +10,8 @@
 #include <random>
 #include <set>
 
+#include "engine_fixture.h"
 #include "engine_printers.h"
-#include "rig.h"
 
 namespace metaroce::sim {
 namespace {
@@ -26,14 +26,11 @@ using transport::SendWr;
 using transport::WcOpcode;
 using transport::WcStatus;
 using transport::WrOpcode;
+using testing::addr;
+using testing::kAllAccess;
+using testing::kPd;
 
-constexpr uint32_t kPd = 1;
-constexpr uint32_t kAllAccess = transport::kAccessLocalWrite | transport::kAccessRemoteWrite |
-                                transport::kAccessRemoteRead | transport::kAccessRemoteAtomic;
-
-uint64_t addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
-
-class VerbsSemantics : public ::testing::Test {
+class VerbsSemantics : public testing::TwoHostTest {
  protected:
   void make(double loss, double duplicate = 0, const QpConfig& config = {}, size_t bytes = 4 << 20) {
     RigSpec spec;
@@ -41,19 +38,11 @@ class VerbsSemantics : public ::testing::Test {
     spec.loss = loss;
     spec.duplicate = duplicate;
     spec.seed = 11;
-    rig_ = std::make_unique<TwoHostRig>(spec);
-    qp_ = rig_->connect_qps(config, kPd);
-    abuf_.assign(bytes, 0);
-    bbuf_.assign(bytes, 0);
+    make_rig(spec, bytes, config);
     std::mt19937_64 rng(5);
     for (auto& byte : abuf_) byte = static_cast<uint8_t>(rng());
     for (auto& byte : bbuf_) byte = static_cast<uint8_t>(rng());
-    akey_ = *a().memory().register_region(kPd, addr(abuf_.data()), abuf_.size(), kAllAccess);
-    bkey_ = *b().memory().register_region(kPd, addr(bbuf_.data()), bbuf_.size(), kAllAccess);
   }
-
-  Endpoint& a() { return rig_->a().endpoint(); }
-  Endpoint& b() { return rig_->b().endpoint(); }
 
   // Runs the simulation until `cq` of `endpoint` holds n completions (or the
   // virtual time limit passes) and returns what it holds.
@@ -84,11 +73,6 @@ class VerbsSemantics : public ::testing::Test {
     wr.opcode = WrOpcode::RdmaRead;
     return wr;
   }
-
-  std::unique_ptr<TwoHostRig> rig_;
-  QpPair qp_;
-  std::vector<uint8_t> abuf_, bbuf_;
-  uint32_t akey_ = 0, bkey_ = 0;
 };
 
 TEST_F(VerbsSemantics, SendWithImmediateScattersIntoReceivesInOrderUnderLoss) {

@@ -26,19 +26,24 @@ TwoHostRig::TwoHostRig(const RigSpec& spec) : sim_(spec.seed) {
   links_ = sim_.connect_parallel(node_a_, node_b_, per_link);
 }
 
-QpPair TwoHostRig::connect_qps(const transport::QpConfig& config, uint32_t pd) {
+QpPair connect_qps(EngineHost& a, NodeId node_a, EngineHost& b, NodeId node_b, const transport::QpConfig& config,
+                   uint32_t pd, uint32_t cq_depth) {
   QpPair pair;
-  transport::Endpoint& ea = a_->endpoint();
-  transport::Endpoint& eb = b_->endpoint();
-  pair.cq_a = ea.create_cq(1 << 16);
-  pair.cq_b = eb.create_cq(1 << 16);
+  transport::Endpoint& ea = a.endpoint();
+  transport::Endpoint& eb = b.endpoint();
+  pair.cq_a = ea.create_cq(cq_depth);
+  pair.cq_b = eb.create_cq(cq_depth);
   pair.qp_a = ea.create_qp(pd, pair.cq_a, pair.cq_a, config);
   pair.qp_b = eb.create_qp(pd, pair.cq_b, pair.cq_b, config);
   using transport::PostResult;
-  const bool ok = ea.connect_qp(pair.qp_a, node_b_, pair.qp_b, config) == PostResult::Ok &&
-                  eb.connect_qp(pair.qp_b, node_a_, pair.qp_a, config) == PostResult::Ok;
+  const bool ok = ea.connect_qp(pair.qp_a, node_b, pair.qp_b, config) == PostResult::Ok &&
+                  eb.connect_qp(pair.qp_b, node_a, pair.qp_a, config) == PostResult::Ok;
   if (!ok) throw std::runtime_error("connect_qps: QP state transition failed");
   return pair;
+}
+
+QpPair TwoHostRig::connect_qps(const transport::QpConfig& config, uint32_t pd) {
+  return sim::connect_qps(*a_, node_a_, *b_, node_b_, config, pd);
 }
 
 void TwoHostRig::blackhole(size_t index, Time start, Time end) {

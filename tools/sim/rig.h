@@ -33,6 +33,11 @@ struct QpPair {
   uint32_t qp_a = 0, qp_b = 0;
 };
 
+// Creates a CQ of `cq_depth` and an RC QP on each host and moves both to RTS,
+// each QP's peer the other.
+QpPair connect_qps(EngineHost& a, NodeId node_a, EngineHost& b, NodeId node_b,
+                   const transport::QpConfig& config = {}, uint32_t pd = 1, uint32_t cq_depth = 1 << 16);
+
 class TwoHostRig {
  public:
   explicit TwoHostRig(const RigSpec& spec);
