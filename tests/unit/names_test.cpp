@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 //
 // Every state and verdict of the engine has a name of its own (names.cpp),
-// and so has every counter, with a unit and a meaning (counters.h).
+// and so has every counter of the engine and of the runtime, with a unit and
+// a meaning (counters.h, runtime_stats.h): dumps put both lists in one object.
 #include <gtest/gtest.h>
 
 #include <cctype>
@@ -10,6 +11,7 @@
 
 #include "counters.h"
 #include "queue_pair.h"
+#include "runtime_stats.h"
 #include "types.h"
 
 namespace metaroce::transport {
@@ -59,6 +61,7 @@ TEST(Names, EveryCounterHasItsOwnSnakeCaseNameAUnitAndAMeaning) {
   std::set<std::string> names;
   expect_described(kEndpointCounterInfo, names);
   EXPECT_EQ(names.size() * sizeof(uint64_t), sizeof(EndpointCounters));
+  expect_described(io::kRuntimeCounterInfo, names);
 }
 
 }  // namespace
