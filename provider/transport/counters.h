@@ -114,4 +114,23 @@ struct PathSnapshot {
   double ecn_alpha = 0;
 };
 
+// Calls f(name, value) for every field of `p`: the names METAROCE_STATS and
+// the daemon report give them.
+template <class F>
+void for_each_field(const PathSnapshot& p, F&& f) {
+  f("path", p.path_id);
+  f("plane", p.plane);
+  f("health", to_string(p.health));
+  f("packets_sent", p.packets_sent);
+  f("bytes_sent", p.bytes_sent);
+  f("retransmits", p.retransmits);
+  f("lost", p.lost);
+  f("ecn_marks", p.ecn_marks);
+  f("window_bytes", p.window_bytes);
+  f("inflight_bytes", p.inflight_bytes);
+  f("srtt_ns", p.srtt_ns);
+  f("min_rtt_ns", p.min_rtt_ns);
+  f("ecn_alpha", p.ecn_alpha);
+}
+
 }  // namespace metaroce::transport

@@ -96,6 +96,9 @@ std::string str(const json& v) {
   return v.dump();
 }
 
+// Nanoseconds as microseconds.
+std::string us(const json& ns) { return ns.is_number() ? str(ns.get<double>() / 1000) : "-"; }
+
 void print_status(const json& s) {
   std::printf("metaroced pid %s, up %.0f s, socket %s, config %s\n", str(s["pid"]).c_str(),
               s["uptime_s"].get<double>(), str(s["socket"]).c_str(),
@@ -139,10 +142,10 @@ void print_stats(const json& s) {
   for (const auto& c : s["contexts"])
     for (const auto& conn : c["connections"])
       for (const auto& p : conn["paths"])
-        rows.push_back({str(c["pid"]), str(conn["peer"]), str(p["path"]), str(p["source_port"]), str(p["state"]),
-                        str(p["packets"]), str(p["bytes"]), str(p["retransmits"]), str(p["ecn_marks"]),
-                        str(p["srtt_us"]), str(p["window_bytes"])});
-  table({"PID", "PEER", "PATH", "SPORT", "STATE", "PKTS", "BYTES", "RETX", "ECN", "SRTT US", "WINDOW"}, rows);
+        rows.push_back({str(c["pid"]), str(conn["peer"]), str(p["path"]), str(p["source_port"]), str(p["health"]),
+                        str(p["packets_sent"]), str(p["bytes_sent"]), str(p["retransmits"]), str(p["ecn_marks"]),
+                        us(p["srtt_ns"]), str(p["window_bytes"])});
+  table({"PID", "PEER", "PATH", "SPORT", "HEALTH", "PKTS", "BYTES", "RETX", "ECN", "SRTT US", "WINDOW"}, rows);
 }
 
 void print_paths(const json& d) {
