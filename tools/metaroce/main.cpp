@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 //
-// metaroce: the command line to metaroced. Each command is one request on
-// the control socket; the answer is printed as a table, or as the daemon's
-// JSON with --json.
+// metaroce: the command line to metaroced. Each command but `counters` is one
+// request on the control socket; the answer is printed as a table, or as the
+// daemon's JSON with --json.
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <poll.h>
@@ -18,7 +18,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "counters.h"
 #include "metaroce/ctl.h"
+#include "runtime_stats.h"
 
 namespace {
 
@@ -148,6 +150,22 @@ void print_stats(const json& s) {
   table({"PID", "PEER", "PATH", "SPORT", "HEALTH", "PKTS", "BYTES", "RETX", "ECN", "SRTT US", "WINDOW"}, rows);
 }
 
+// The keys of a context's counters in `stats` (and of METAROCE_STATS).
+void print_counters(bool as_json) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  std::vector<std::vector<std::string>> rows;
+  auto add = [&](const auto& list) {
+    for (const auto& c : list) {
+      out.push_back({{"name", c.name}, {"unit", c.unit}, {"meaning", c.meaning}});
+      rows.push_back({c.name, c.unit, c.meaning});
+    }
+  };
+  add(metaroce::transport::kEndpointCounterInfo);
+  add(metaroce::io::kRuntimeCounterInfo);
+  if (as_json) std::puts(out.dump(2).c_str());
+  else table({"COUNTER", "UNIT", "MEANING"}, rows);
+}
+
 void print_paths(const json& d) {
   std::printf("%s:%s from %s: %zu path(s)%s in %.1f ms (%s probes, %s answers%s)\n", str(d["dest"]).c_str(),
               str(d["dport"]).c_str(), d["source"].get<std::string>().empty() ? "(any)" : str(d["source"]).c_str(),
@@ -177,6 +195,8 @@ int main(int argc, char** argv) {
 
   auto* status = app.add_subcommand("status", "leases, links and the daemon's state");
   auto* stats = app.add_subcommand("stats", "per-context, per-connection and per-path counters");
+  auto* counters = app.add_subcommand("counters", "what each counter counts, in what unit (needs no daemon)");
+  counters->add_flag("--json", as_json, "print the list as JSON");
   auto* paths = app.add_subcommand("paths", "discover the ECMP paths to a destination");
   std::string dest, source;
   uint16_t dport = 0;
@@ -193,6 +213,10 @@ int main(int argc, char** argv) {
     sub->add_flag("--json", as_json, "print the daemon's JSON answer");
   }
   CLI11_PARSE(app, argc, argv);
+  if (counters->parsed()) {
+    print_counters(as_json);
+    return 0;
+  }
 
   json req;
   if (status->parsed()) req = ctl::make(ctl::Type::Status);
