@@ -153,9 +153,9 @@ class RuntimeImpl final : public Runtime {
   struct Shared {
     std::atomic<bool> io_uring{false};
     std::atomic<bool> gso{false};
-    std::atomic<uint64_t> datagrams_sent{0}, datagrams_received{0}, send_syscalls{0}, receive_syscalls{0},
-        test_drops{0}, unknown_sender_drops{0}, send_errors{0}, progress_wakeups{0}, gso_sends{0},
-        gro_receives{0}, truncated_drops{0}, oversize_drops{0};
+#define METAROCE_SHARED_COUNTER(name, unit, meaning) std::atomic<uint64_t> name{0};
+    METAROCE_RUNTIME_COUNTERS(METAROCE_SHARED_COUNTER)
+#undef METAROCE_SHARED_COUNTER
   };
 
   bool open_home_socket(std::string& error);
@@ -526,18 +526,9 @@ RuntimeStats RuntimeImpl::stats() const {
   s.io_uring = shared_.io_uring.load(relaxed);
   s.gso = shared_.gso.load(relaxed);
   s.gro = gro_;
-  s.datagrams_sent = shared_.datagrams_sent.load(relaxed);
-  s.datagrams_received = shared_.datagrams_received.load(relaxed);
-  s.send_syscalls = shared_.send_syscalls.load(relaxed);
-  s.receive_syscalls = shared_.receive_syscalls.load(relaxed);
-  s.test_drops = shared_.test_drops.load(relaxed);
-  s.unknown_sender_drops = shared_.unknown_sender_drops.load(relaxed);
-  s.send_errors = shared_.send_errors.load(relaxed);
-  s.progress_wakeups = shared_.progress_wakeups.load(relaxed);
-  s.gso_sends = shared_.gso_sends.load(relaxed);
-  s.gro_receives = shared_.gro_receives.load(relaxed);
-  s.truncated_drops = shared_.truncated_drops.load(relaxed);
-  s.oversize_drops = shared_.oversize_drops.load(relaxed);
+#define METAROCE_LOAD_COUNTER(name, unit, meaning) s.name = shared_.name.load(relaxed);
+  METAROCE_RUNTIME_COUNTERS(METAROCE_LOAD_COUNTER)
+#undef METAROCE_LOAD_COUNTER
   return s;
 }
 

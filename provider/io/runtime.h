@@ -34,6 +34,7 @@
 
 #include "endpoint.h"
 #include "metaroce/clock.h"
+#include "runtime_stats.h"
 
 namespace metaroce::io {
 
@@ -76,27 +77,6 @@ struct RuntimeOptions {
   // io_uring when allow_io_uring and the kernel allow it, else
   // sendmmsg/recvmmsg. A test's factory makes a fake backend.
   std::function<std::unique_ptr<IoBackend>(const BackendConfig&)> make_backend;
-};
-
-struct RuntimeStats {
-  bool io_uring = false;  // false: the sendmmsg/recvmmsg fallback is in use
-  bool gso = false;
-  bool gro = false;
-  uint64_t datagrams_sent = 0;
-  uint64_t datagrams_received = 0;
-  uint64_t send_syscalls = 0;      // io_uring_enter or sendmmsg calls
-  uint64_t receive_syscalls = 0;
-  uint64_t test_drops = 0;
-  uint64_t unknown_sender_drops = 0;  // datagram whose (address, home port) maps to no peer
-  uint64_t send_errors = 0;
-  uint64_t progress_wakeups = 0;
-  // Added by the implementation:
-  uint64_t gso_sends = 0;        // sends that carried several datagrams (UDP_SEGMENT)
-  uint64_t gro_receives = 0;     // receives that delivered several datagrams (UDP_GRO)
-  uint64_t truncated_drops = 0;  // datagrams larger than the receive buffer (never the engine's)
-  // Datagrams the kernel refused as larger than the path MTU (they would
-  // need IP fragmentation, which the runtime never allows): a bug, logged once.
-  uint64_t oversize_drops = 0;
 };
 
 class Runtime {

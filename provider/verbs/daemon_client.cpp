@@ -360,16 +360,15 @@ void DaemonClient::report() {
   nlohmann::json counters;
   runtime_->with_engine([&](transport::Endpoint& e, transport::Time) {
     transport::for_each_counter(e.counters(), [&](const char* name, uint64_t value) { counters[name] = value; });
+    size_t paths = 0;
     for (transport::PeerId peer : e.peers()) {
       conns.emplace_back(peer, e.path_snapshots(peer));
-      if (conns.size() >= 64) break;  // keeps a report well inside kMaxMessageBytes
+      paths += conns.back().second.size();
+      if (paths >= 256) break;  // about 300 bytes each: keeps a report well inside kMaxMessageBytes
     }
     return 0;
   });
-  counters["io_datagrams_sent"] = io.datagrams_sent;
-  counters["io_datagrams_received"] = io.datagrams_received;
-  counters["io_send_errors"] = io.send_errors;
-  counters["io_oversize_drops"] = io.oversize_drops;
+  io::for_each_counter(io, [&](const char* name, uint64_t value) { counters[name] = value; });
   m["counters"] = std::move(counters);
   nlohmann::json connections = nlohmann::json::array();
   for (const auto& [peer, snaps] : conns) {
@@ -379,18 +378,8 @@ void DaemonClient::report() {
     c["paths"] = nlohmann::json::array();
     for (const transport::PathSnapshot& s : snaps) {
       nlohmann::json p;
-      p["path"] = s.path_id;
+      transport::for_each_field(s, [&](const char* name, const auto& value) { p[name] = value; });
       p["source_port"] = runtime_->source_port(peer, s.path_id);
-      p["state"] = transport::to_string(s.health);
-      p["packets"] = s.packets_sent;
-      p["bytes"] = s.bytes_sent;
-      p["retransmits"] = s.retransmits;
-      p["lost"] = s.lost;
-      p["ecn_marks"] = s.ecn_marks;
-      p["window_bytes"] = s.window_bytes;
-      p["inflight_bytes"] = s.inflight_bytes;
-      p["srtt_us"] = static_cast<double>(s.srtt_ns) / 1000.0;
-      p["min_rtt_us"] = static_cast<double>(s.min_rtt_ns) / 1000.0;
       c["paths"].push_back(std::move(p));
     }
     connections.push_back(std::move(c));

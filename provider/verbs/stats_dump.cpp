@@ -15,19 +15,8 @@ void dump_stats(Context& ctx) {
   const char* env = std::getenv("METAROCE_STATS");
   if (!env || std::strcmp(env, "0") == 0) return;
   const io::RuntimeStats io = ctx.runtime->stats();
-  nlohmann::ordered_json stats = {{"io_uring", io.io_uring},
-                                  {"gso", io.gso},
-                                  {"gro", io.gro},
-                                  {"datagrams_sent", io.datagrams_sent},
-                                  {"send_syscalls", io.send_syscalls},
-                                  {"gso_sends", io.gso_sends},
-                                  {"datagrams_received", io.datagrams_received},
-                                  {"receive_syscalls", io.receive_syscalls},
-                                  {"gro_receives", io.gro_receives},
-                                  {"progress_wakeups", io.progress_wakeups},
-                                  {"unknown_sender_drops", io.unknown_sender_drops},
-                                  {"truncated_drops", io.truncated_drops},
-                                  {"oversize_drops", io.oversize_drops}};
+  nlohmann::ordered_json stats = {{"io_uring", io.io_uring}, {"gso", io.gso}, {"gro", io.gro}};
+  io::for_each_counter(io, [&](const char* name, uint64_t value) { stats[name] = value; });
   ctx.engine([&](transport::Endpoint& e) {
     stats["security"] = wire::to_string(e.config().security);
     transport::for_each_counter(e.counters(), [&](const char* name, uint64_t value) { stats[name] = value; });
@@ -35,16 +24,9 @@ void dump_stats(Context& ctx) {
     nlohmann::ordered_json paths = nlohmann::ordered_json::array();
     for (const transport::PeerId peer : e.peers()) {
       for (const transport::PathSnapshot& p : e.path_snapshots(peer)) {
-        paths.push_back({{"peer", peer},
-                         {"path", p.path_id},
-                         {"health", transport::to_string(p.health)},
-                         {"packets_sent", p.packets_sent},
-                         {"retransmits", p.retransmits},
-                         {"lost", p.lost},
-                         {"ecn_marks", p.ecn_marks},
-                         {"window_bytes", p.window_bytes},
-                         {"srtt_ns", p.srtt_ns},
-                         {"min_rtt_ns", p.min_rtt_ns}});
+        nlohmann::ordered_json path = {{"peer", peer}};
+        transport::for_each_field(p, [&](const char* name, const auto& value) { path[name] = value; });
+        paths.push_back(std::move(path));
       }
     }
     stats["paths"] = std::move(paths);

@@ -87,6 +87,16 @@ reporting() { [[ $(contexts) == "$1" ]]; }
 wait_until 5 reporting 3 || true
 stats=$("$CLI" --socket "$SOCK" stats)
 [[ $(grep -cE "^[0-9]+ +mr0 +[0-9]+ " <<<"$stats") == 3 ]] || fail "stats table does not list the 3 contexts: $stats"
+# A report carries every counter `metaroce counters` lists, under its name, and no other.
+"$CLI" counters --json >"$WORK/counters.json"
+"$CLI" --socket "$SOCK" --json stats >"$WORK/stats.json"
+python3 - "$WORK/counters.json" "$WORK/stats.json" <<'PY' || fail "the reported counters are not the listed ones"
+import json, sys
+listed = {c["name"] for c in json.load(open(sys.argv[1]))}
+for c in json.load(open(sys.argv[2]))["contexts"]:
+    reported = set(c["counters"])
+    assert reported == listed, f"not listed: {reported - listed}, not reported: {listed - reported}"
+PY
 # Bad command lines: a message and a nonzero status, never a crash.
 for args in "paths 999.1.1.1" "" "config" "status --bogus" "paths 10.0.0.1 --dport 0"; do
     read -ra argv <<<"$args"
@@ -97,7 +107,7 @@ done
 set +e; out=$("$CLI" --socket "$WORK/none.sock" status 2>&1); rc=$?; set -e
 [[ $rc == 1 && $out == "metaroce: cannot reach metaroced at $WORK/none.sock: No such file or directory" ]] ||
     fail "no daemon: exit $rc, '$out'"
-pass "metaroce status/stats tables list the leases and contexts; bad command lines get a message"
+pass "metaroce status/stats tables list the leases and contexts, reports carry the listed counters; bad command lines get a message"
 
 victim=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["leases"][-1]["pid"])' "$WORK/status.json")
 kill -KILL "$victim"

@@ -42,7 +42,8 @@
 //
 // Replay: fuzz_endpoint_replay [files or dirs] runs them and a generated
 // corpus (replay_endpoint_main.cpp); FUZZ_ENDPOINT_STATS=1 prints the engine
-// counters summed over all inputs, to see which paths a corpus reaches.
+// counters summed over all inputs, to see which paths a corpus reaches (one
+// JSON line, "fuzz_endpoint_stats").
 //
 // Engine bugs found (now fixed), reproducers in tests/fuzz/corpus/endpoint/,
 // which the replay test runs (tests/fuzz/meson.build):
@@ -65,6 +66,8 @@
 #include <optional>
 #include <span>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "endpoint.h"
 #include "metaroce/wire.h"
@@ -409,33 +412,21 @@ struct Side {
   }
 };
 
-uint64_t counter(const EndpointCounters& c, size_t index) {
-  uint64_t value;
-  std::memcpy(&value, reinterpret_cast<const uint8_t*>(&c) + index * sizeof(uint64_t), sizeof value);
-  return value;
-}
-constexpr size_t kCounterCount = sizeof(EndpointCounters) / sizeof(uint64_t);
-static_assert(sizeof(EndpointCounters) % sizeof(uint64_t) == 0);
-constexpr size_t counter_index(size_t offset) { return offset / sizeof(uint64_t); }
+using Counter = uint64_t EndpointCounters::*;
 // Drops that must change nothing else.
-constexpr size_t kDropOnly[] = {
-    counter_index(offsetof(EndpointCounters, rx_drop_malformed)),
-    counter_index(offsetof(EndpointCounters, rx_drop_integrity)),
-    counter_index(offsetof(EndpointCounters, rx_drop_security_mode)),
-    counter_index(offsetof(EndpointCounters, rx_drop_no_key)),
-    counter_index(offsetof(EndpointCounters, rx_drop_stale_epoch)),
-    counter_index(offsetof(EndpointCounters, rx_drop_replay)),
-    counter_index(offsetof(EndpointCounters, rx_drop_unknown_peer)),
-    counter_index(offsetof(EndpointCounters, rx_drop_unknown_qp)),
-    counter_index(offsetof(EndpointCounters, rx_drop_qp_state)),
-    counter_index(offsetof(EndpointCounters, rx_drop_out_of_window)),
-    counter_index(offsetof(EndpointCounters, rx_drop_path_jump)),
+constexpr Counter kDropOnly[] = {
+    &EndpointCounters::rx_drop_malformed,     &EndpointCounters::rx_drop_integrity,
+    &EndpointCounters::rx_drop_security_mode, &EndpointCounters::rx_drop_no_key,
+    &EndpointCounters::rx_drop_stale_epoch,   &EndpointCounters::rx_drop_replay,
+    &EndpointCounters::rx_drop_unknown_peer,  &EndpointCounters::rx_drop_unknown_qp,
+    &EndpointCounters::rx_drop_qp_state,      &EndpointCounters::rx_drop_out_of_window,
+    &EndpointCounters::rx_drop_path_jump,
 };
-constexpr size_t kRxDatagrams = counter_index(offsetof(EndpointCounters, rx_datagrams));
-constexpr size_t kUnknownPeer = counter_index(offsetof(EndpointCounters, rx_drop_unknown_peer));
-constexpr size_t kMalformed = counter_index(offsetof(EndpointCounters, rx_drop_malformed));
-constexpr size_t kIntegrity = counter_index(offsetof(EndpointCounters, rx_drop_integrity));
-constexpr size_t kSecurityMode = counter_index(offsetof(EndpointCounters, rx_drop_security_mode));
+const char* counter_name(Counter counter) {
+  for (const auto& info : tp::kEndpointCounterInfo)
+    if (info.value == counter) return info.name;
+  return "?";
+}
 
 // The datagram without its trailer when its integrity trailer checks (the
 // fuzzed endpoints run in the default integrity mode), else nothing.
@@ -941,33 +932,34 @@ void World::deliver(Side& to, PeerId from, std::span<const uint8_t> datagram, bo
 
   const size_t heap_after = heap_in_use();
   const EndpointCounters& after = to.ep->counters();
-  if (counter(after, kRxDatagrams) != counter(before, kRxDatagrams) + 1 || after.rx_datagrams != to.delivered)
+  if (after.rx_datagrams != before.rx_datagrams + 1 || after.rx_datagrams != to.delivered)
     fail("%s.rx_datagrams is %llu after %llu deliveries", to.name, static_cast<unsigned long long>(after.rx_datagrams),
          static_cast<unsigned long long>(to.delivered));
-  int drop = -1;
-  for (size_t index : kDropOnly)
-    if (counter(after, index) != counter(before, index)) drop = static_cast<int>(index);
-  if (!decodes && drop != static_cast<int>(kMalformed) && drop != static_cast<int>(kIntegrity) &&
-      drop != static_cast<int>(kSecurityMode))
+  Counter drop = nullptr;
+  for (Counter counter : kDropOnly)
+    if (after.*counter != before.*counter) drop = counter;
+  if (!decodes && drop != &EndpointCounters::rx_drop_malformed && drop != &EndpointCounters::rx_drop_integrity &&
+      drop != &EndpointCounters::rx_drop_security_mode)
     fail("%s did not count an undecodable or corrupted datagram as malformed, failing integrity or of another mode",
          to.name);
-  if (decodes && !real_peer && drop != static_cast<int>(kUnknownPeer))
+  if (decodes && !real_peer && drop != &EndpointCounters::rx_drop_unknown_peer)
     fail("%s accepted a datagram from peer %u, which it has no connection with", to.name, from);
-  if (drop >= 0) {
-    for (size_t i = 0; i < kCounterCount; ++i) {
-      const uint64_t grew = counter(after, i) - counter(before, i);
-      if (grew != ((i == kRxDatagrams || static_cast<int>(i) == drop) ? 1u : 0u))
-        fail("%s: a dropped datagram (counter #%d) changed counter #%zu by %llu", to.name, drop, i,
+  if (drop) {
+    const char* dropped = counter_name(drop);
+    for (const auto& info : tp::kEndpointCounterInfo) {
+      const uint64_t grew = after.*info.value - before.*info.value;
+      if (grew != ((info.value == &EndpointCounters::rx_datagrams || info.value == drop) ? 1u : 0u))
+        fail("%s: a dropped datagram (%s) changed %s by %llu", to.name, dropped, info.name,
              static_cast<unsigned long long>(grew));
     }
     if (const auto at = to.arena.changed_since_snapshot())
-      fail("%s: a dropped datagram (counter #%d) changed memory at offset %zu", to.name, drop, *at);
+      fail("%s: a dropped datagram (%s) changed memory at offset %zu", to.name, dropped, *at);
     if (to.ep->next_wakeup() != wake_before)
-      fail("%s: a dropped datagram (counter #%d) changed next_wakeup", to.name, drop);
+      fail("%s: a dropped datagram (%s) changed next_wakeup", to.name, dropped);
     if (to.completions != completions_before)
-      fail("%s: a dropped datagram (counter #%d) completed work", to.name, drop);
+      fail("%s: a dropped datagram (%s) completed work", to.name, dropped);
     if (heap_after != heap_before)
-      fail("%s: a dropped datagram (counter #%d) left %lld bytes allocated", to.name, drop,
+      fail("%s: a dropped datagram (%s) left %lld bytes allocated", to.name, dropped,
            static_cast<long long>(heap_after - heap_before));
   }
   if (late) {
@@ -1421,32 +1413,32 @@ void World::final_checks() {
 }
 
 // FUZZ_ENDPOINT_STATS=1 in the environment: at exit, B's and A's counters
-// summed over all inputs, to see which engine paths a corpus reaches.
+// summed over all inputs, to see which engine paths a corpus reaches, as one
+// JSON line on stderr.
 struct Stats {
+  static constexpr size_t kCounters = std::size(tp::kEndpointCounterInfo);
   bool on = std::getenv("FUZZ_ENDPOINT_STATS") != nullptr;
-  std::array<std::array<uint64_t, kCounterCount>, 2> sums{};
+  std::array<std::array<uint64_t, kCounters>, 2> sums{};
   uint64_t inputs = 0;
   size_t max_heap_growth = 0;
   void add(const EndpointCounters& b, const EndpointCounters& a, size_t heap_growth) {
     ++inputs;
     max_heap_growth = std::max(max_heap_growth, heap_growth);
-    for (size_t i = 0; i < kCounterCount; ++i) {
-      sums[0][i] += counter(b, i);
-      sums[1][i] += counter(a, i);
+    for (size_t i = 0; i < kCounters; ++i) {
+      sums[0][i] += b.*tp::kEndpointCounterInfo[i].value;
+      sums[1][i] += a.*tp::kEndpointCounterInfo[i].value;
     }
   }
   ~Stats() {
     if (!on) return;
-    std::fprintf(stderr, "fuzz_endpoint: largest heap growth of one input %zu bytes (bound %zu)\n", max_heap_growth,
-                 kHeapBound);
-    std::fprintf(stderr, "fuzz_endpoint: counters summed over %llu inputs (B, A)\n",
-                 static_cast<unsigned long long>(inputs));
-    size_t i = 0;  // the counters' order in the list is their order in memory
-    metaroce::transport::for_each_counter(EndpointCounters{}, [&](const char* name, uint64_t) {
-      std::fprintf(stderr, "  %-24s %12llu %12llu\n", name, static_cast<unsigned long long>(sums[0][i]),
-                   static_cast<unsigned long long>(sums[1][i]));
-      ++i;
-    });
+    nlohmann::ordered_json summary = {{"inputs", inputs},
+                                      {"largest_heap_growth_bytes", max_heap_growth},
+                                      {"heap_bound_bytes", kHeapBound}};
+    for (size_t i = 0; i < kCounters; ++i) {
+      summary["B"][tp::kEndpointCounterInfo[i].name] = sums[0][i];
+      summary["A"][tp::kEndpointCounterInfo[i].name] = sums[1][i];
+    }
+    std::fprintf(stderr, "%s\n", nlohmann::ordered_json{{"fuzz_endpoint_stats", summary}}.dump().c_str());
   }
 };
 Stats g_stats;

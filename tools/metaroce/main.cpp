@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 //
-// metaroce: the command line to metaroced. Each command is one request on
-// the control socket; the answer is printed as a table, or as the daemon's
-// JSON with --json.
+// metaroce: the command line to metaroced. Each command but `counters` is one
+// request on the control socket; the answer is printed as a table, or as the
+// daemon's JSON with --json.
 #include <sys/socket.h>
 #include <poll.h>
 #include <unistd.h>
@@ -17,7 +17,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "counters.h"
 #include "metaroce/ctl.h"
+#include "runtime_stats.h"
 
 namespace {
 
@@ -87,6 +89,9 @@ std::string str(const json& v) {
   return v.dump();
 }
 
+// Nanoseconds as microseconds.
+std::string us(const json& ns) { return ns.is_number() ? str(ns.get<double>() / 1000) : "-"; }
+
 void print_status(const json& s) {
   std::printf("metaroced pid %s, up %.0f s, socket %s, config %s\n", str(s["pid"]).c_str(),
               s["uptime_s"].get<double>(), str(s["socket"]).c_str(),
@@ -130,10 +135,26 @@ void print_stats(const json& s) {
   for (const auto& c : s["contexts"])
     for (const auto& conn : c["connections"])
       for (const auto& p : conn["paths"])
-        rows.push_back({str(c["pid"]), str(conn["peer"]), str(p["path"]), str(p["source_port"]), str(p["state"]),
-                        str(p["packets"]), str(p["bytes"]), str(p["retransmits"]), str(p["ecn_marks"]),
-                        str(p["srtt_us"]), str(p["window_bytes"])});
-  table({"PID", "PEER", "PATH", "SPORT", "STATE", "PKTS", "BYTES", "RETX", "ECN", "SRTT US", "WINDOW"}, rows);
+        rows.push_back({str(c["pid"]), str(conn["peer"]), str(p["path"]), str(p["source_port"]), str(p["health"]),
+                        str(p["packets_sent"]), str(p["bytes_sent"]), str(p["retransmits"]), str(p["ecn_marks"]),
+                        us(p["srtt_ns"]), str(p["window_bytes"])});
+  table({"PID", "PEER", "PATH", "SPORT", "HEALTH", "PKTS", "BYTES", "RETX", "ECN", "SRTT US", "WINDOW"}, rows);
+}
+
+// The keys of a context's counters in `stats` (and of METAROCE_STATS).
+void print_counters(bool as_json) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  std::vector<std::vector<std::string>> rows;
+  auto add = [&](const auto& list) {
+    for (const auto& c : list) {
+      out.push_back({{"name", c.name}, {"unit", c.unit}, {"meaning", c.meaning}});
+      rows.push_back({c.name, c.unit, c.meaning});
+    }
+  };
+  add(metaroce::transport::kEndpointCounterInfo);
+  add(metaroce::io::kRuntimeCounterInfo);
+  if (as_json) std::puts(out.dump(2).c_str());
+  else table({"COUNTER", "UNIT", "MEANING"}, rows);
 }
 
 void print_paths(const json& d) {
@@ -165,6 +186,8 @@ int main(int argc, char** argv) {
 
   auto* status = app.add_subcommand("status", "leases, links and the daemon's state");
   auto* stats = app.add_subcommand("stats", "per-context, per-connection and per-path counters");
+  auto* counters = app.add_subcommand("counters", "what each counter counts, in what unit (needs no daemon)");
+  counters->add_flag("--json", as_json, "print the list as JSON");
   auto* paths = app.add_subcommand("paths", "discover the ECMP paths to a destination");
   std::string dest, source;
   uint16_t dport = 0;
@@ -181,6 +204,10 @@ int main(int argc, char** argv) {
     sub->add_flag("--json", as_json, "print the daemon's JSON answer");
   }
   CLI11_PARSE(app, argc, argv);
+  if (counters->parsed()) {
+    print_counters(as_json);
+    return 0;
+  }
 
   json req;
   if (status->parsed()) req = ctl::make(ctl::Type::Status);
