@@ -325,19 +325,33 @@ nlohmann::json Server::lease(Client& c, const nlohmann::json& body) {
   return r;
 }
 
+std::optional<Server::PeerRequest> Server::peer_request(const Client& c, const nlohmann::json& body,
+                                                        nlohmann::json& error) const {
+  PeerRequest r;
+  r.home_port = body["home_port"].get<uint16_t>();
+  for (const Client::Lease& l : c.leases)
+    if (!r.lease && l.ports.home_port == r.home_port) r.lease = &l;
+  if (!r.lease) {
+    error = ctl::make_error("home port " + std::to_string(r.home_port) + " is not leased on this connection");
+    return std::nullopt;
+  }
+  r.dest = body["dest"].get<std::string>();
+  r.dport = body.value("dport", config_.ports.home_first);
+  return r;
+}
+
 nlohmann::json Server::peer_key(const Client& c, const nlohmann::json& body) {
   if (secret_.empty()) return ctl::make_error("security mode is " + config_.security.mode + ": there are no keys");
-  const uint16_t home_port = body["home_port"].get<uint16_t>();
-  const auto lease = std::find_if(c.leases.begin(), c.leases.end(),
-                                  [&](const Client::Lease& l) { return l.ports.home_port == home_port; });
   // Keys only for the endpoint this client leased: another local process
   // cannot obtain the key of an endpoint pair it is not part of.
-  if (lease == c.leases.end())
-    return ctl::make_error("home port " + std::to_string(home_port) + " is not leased on this connection");
-  const std::string dest = body["dest"].get<std::string>();
-  const uint16_t dport = body.value("dport", config_.ports.home_first);
+  nlohmann::json refusal;
+  const std::optional<PeerRequest> peer = peer_request(c, body, refusal);
+  if (!peer) return refusal;
+  const std::string& dest = peer->dest;
+  const uint16_t dport = peer->dport;
   std::string error;
-  const std::optional<PairKeyResult> key = derive_pair_key(secret_, lease->address, home_port, dest, dport, error);
+  const std::optional<PairKeyResult> key =
+      derive_pair_key(secret_, peer->lease->address, peer->home_port, dest, dport, error);
   if (!key) return ctl::make_error(error);
   nlohmann::json r = ctl::make(ctl::Type::PeerKeyOk);
   r["dest"] = dest;
@@ -383,13 +397,12 @@ std::optional<nlohmann::json> Server::paths(Client& c, const nlohmann::json& bod
 }
 
 std::optional<nlohmann::json> Server::peer_ports(Client& c, const nlohmann::json& body) {
-  const uint16_t home_port = body["home_port"].get<uint16_t>();
-  const auto lease = std::find_if(c.leases.begin(), c.leases.end(),
-                                  [&](const Client::Lease& l) { return l.ports.home_port == home_port; });
-  if (lease == c.leases.end())
-    return ctl::make_error("home port " + std::to_string(home_port) + " is not leased on this connection");
-  const std::string dest = body["dest"].get<std::string>();
-  const uint16_t dport = body.value("dport", config_.ports.home_first);
+  nlohmann::json refusal;
+  const std::optional<PeerRequest> peer = peer_request(c, body, refusal);
+  if (!peer) return refusal;
+  const Client::Lease* lease = peer->lease;
+  const std::string& dest = peer->dest;
+  const uint16_t dport = peer->dport;
   const uint32_t want = body["paths"].get<uint32_t>();
   nlohmann::json r = ctl::make(ctl::Type::PeerPortsOk);
   r["dest"] = dest;
@@ -415,7 +428,7 @@ std::optional<nlohmann::json> Server::peer_ports(Client& c, const nlohmann::json
   pending.key = PathCache::key(dest, dport, lease->address);
   pending.reply = std::move(r);
   pending.want = want;
-  pending.home_port = home_port;
+  pending.home_port = peer->home_port;
   submit_probe(c, std::move(pending), std::move(request));
   return std::nullopt;
 }

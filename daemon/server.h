@@ -90,6 +90,15 @@ class Server {
   void finish_peer_ports(PendingProbe& p, ProbeResult& result);
   std::chrono::steady_clock::time_point now() const;
   nlohmann::json peer_key(const Client& c, const nlohmann::json& body);
+  // What a peer_key or peer_ports request names: a lease of this client's
+  // (else `error` is the reply), the peer's address and its home port.
+  struct PeerRequest {
+    const Client::Lease* lease = nullptr;
+    uint16_t home_port = 0;
+    std::string dest;
+    uint16_t dport = 0;
+  };
+  std::optional<PeerRequest> peer_request(const Client& c, const nlohmann::json& body, nlohmann::json& error) const;
   nlohmann::json status() const;
   nlohmann::json reload(const Client& c);
   bool reload_config(std::string& error);

@@ -210,6 +210,7 @@ class Endpoint {
  private:
   friend class Connection;
   friend class QueuePair;
+  friend class QueuePairCommon;
   friend class UdQueuePair;
 
   struct Peer {

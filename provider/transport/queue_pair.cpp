@@ -12,7 +12,7 @@ namespace metaroce::transport {
 
 QueuePair::QueuePair(Endpoint& endpoint, uint32_t qpn, uint32_t pd, uint32_t send_cq,
                      uint32_t recv_cq, const QpConfig& config, SharedReceiveQueue* srq)
-    : endpoint_(endpoint), qpn_(qpn), pd_(pd), send_cq_(send_cq), recv_cq_(recv_cq), srq_(srq), config_(config) {}
+    : QueuePairCommon(endpoint, qpn, pd, send_cq, recv_cq, srq), config_(config) {}
 
 uint32_t QueuePair::mtu() const {
   const uint32_t endpoint_mtu = endpoint_.config().mtu;
@@ -50,15 +50,6 @@ void QueuePair::to_reset() {
   abandoned_.clear();
   peer_epoch_ = 0;
   state_ = QpState::Reset;
-}
-
-void QueuePair::to_error(bool requested) {
-  const bool was_error = state_ == QpState::Error;
-  state_ = QpState::Error;
-  flush();
-  if (was_error) return;
-  if (!requested) endpoint_.notify({AsyncEventKind::QpFatal, qpn_});
-  if (srq_) endpoint_.notify({AsyncEventKind::QpLastWqeReached, qpn_});
 }
 
 OutboundMessage* QueuePair::find_request(uint32_t msn) {

@@ -18,6 +18,7 @@
 #include "config.h"
 #include "message.h"
 #include "metaroce/wire.h"
+#include "queue_pair_common.h"
 #include "types.h"
 
 namespace metaroce::transport {
@@ -45,18 +46,12 @@ inline Verdict verdict_of(const RequestFailure& failure) {
   return failure.nak == wire::NakKind::RemoteAccess ? Verdict::AccessError : Verdict::InvalidRequest;
 }
 
-class QueuePair {
+class QueuePair final : public QueuePairCommon {
  public:
   // With `srq`, receives come from that shared receive queue, not post_recv.
   QueuePair(Endpoint& endpoint, uint32_t qpn, uint32_t pd, uint32_t send_cq, uint32_t recv_cq,
             const QpConfig& config, SharedReceiveQueue* srq = nullptr);
 
-  uint32_t qpn() const { return qpn_; }
-  uint32_t pd() const { return pd_; }
-  uint32_t send_cq() const { return send_cq_; }
-  uint32_t recv_cq() const { return recv_cq_; }
-  SharedReceiveQueue* srq() const { return srq_; }
-  QpState state() const { return state_; }
   const QpConfig& config() const { return config_; }
   uint32_t remote_qpn() const { return remote_qpn_; }
   Connection* connection() const { return connection_; }
@@ -75,7 +70,6 @@ class QueuePair {
   // Flushes every outstanding work request and stops the stream. A QP that
   // fails by itself (not `requested` through modify_qp) reports QpFatal; an
   // SRQ-attached one then reports QpLastWqeReached.
-  void to_error(bool requested = false);
   void to_reset();
 
   PostResult post_send(const SendWr& wr);
@@ -183,20 +177,13 @@ class QueuePair {
   Time retry_interval() const;
   bool requests_outstanding() const;
   void complete_send_wr(const OutboundMessage& message, WcStatus status);
-  void flush();
+  void flush() override;
   wire::Nak make_nak(wire::NakKind kind, uint32_t msn, uint16_t attempt) const;
   void nak(wire::NakKind kind, const wire::Packet& packet);
   static bool nak_due(int& naked_attempt, const wire::Packet& packet);
   uint32_t mtu() const;
 
-  Endpoint& endpoint_;
-  const uint32_t qpn_;
-  const uint32_t pd_;
-  const uint32_t send_cq_;
-  const uint32_t recv_cq_;
-  SharedReceiveQueue* const srq_;
   QpConfig config_;
-  QpState state_ = QpState::Reset;
   Connection* connection_ = nullptr;
   uint32_t remote_qpn_ = 0;
   uint32_t peer_epoch_ = 0;  // 0 until bind_peer_epoch()
@@ -215,7 +202,6 @@ class QueuePair {
   uint32_t retries_ = 0;  // consecutive expiries without progress
 
   // Responder. recv_queue_[i] is the WQE of receive ordinal recv_consumed_ + i.
-  std::deque<RecvWr> recv_queue_;
   uint32_t recv_consumed_ = 0;  // receive WQEs completed so far
   uint32_t completed_msn_ = 0;
   std::map<uint32_t, InboundMessage> inbound_;      // msn > completed_msn_

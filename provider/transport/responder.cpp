@@ -23,18 +23,7 @@ constexpr size_t kAbandonedReads = 16;
 
 }  // namespace
 
-PostResult QueuePair::post_recv(const RecvWr& wr) {
-  if (srq_) return PostResult::InvalidArgument;  // its receives come from the SRQ
-  if (state_ == QpState::Reset) return PostResult::BadState;
-  if (wr.num_sge > kMaxSge) return PostResult::InvalidArgument;
-  if (recv_queue_.size() >= config_.max_recv_wr) return PostResult::QueueFull;
-  if (state_ == QpState::Error) {
-    endpoint_.push_flushed_receive(recv_cq_, qpn_, wr.wr_id);
-    return PostResult::Ok;
-  }
-  recv_queue_.push_back(wr);
-  return PostResult::Ok;
-}
+PostResult QueuePair::post_recv(const RecvWr& wr) { return post_own_recv(wr, config_.max_recv_wr); }
 
 const RecvWr* QueuePair::receive_for(uint32_t index) {
   if (index < recv_consumed_) return nullptr;

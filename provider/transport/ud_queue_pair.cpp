@@ -31,29 +31,13 @@ void build_grh(const UdAddresses& addresses, size_t udp_payload_bytes, std::span
 
 UdQueuePair::UdQueuePair(Endpoint& endpoint, uint32_t qpn, uint32_t pd, uint32_t send_cq, uint32_t recv_cq,
                          SharedReceiveQueue* srq, const QpConfig& config, uint32_t max_message)
-    : endpoint_(endpoint),
-      qpn_(qpn),
-      pd_(pd),
-      send_cq_(send_cq),
-      recv_cq_(recv_cq),
-      srq_(srq),
-      config_(config),
-      max_message_(max_message) {}
+    : QueuePairCommon(endpoint, qpn, pd, send_cq, recv_cq, srq), config_(config), max_message_(max_message) {}
 
 void UdQueuePair::modify(QpState next, std::optional<uint32_t> qkey) {
   if (next == QpState::Error) return to_error(/*requested=*/true);
   if (next == QpState::Reset) return to_reset();
   if (qkey) qkey_ = *qkey;
   state_ = next;
-}
-
-void UdQueuePair::to_error(bool requested) {
-  const bool was_error = state_ == QpState::Error;
-  state_ = QpState::Error;
-  flush();
-  if (was_error) return;
-  if (!requested) endpoint_.notify({AsyncEventKind::QpFatal, qpn_});
-  if (srq_) endpoint_.notify({AsyncEventKind::QpLastWqeReached, qpn_});
 }
 
 void UdQueuePair::to_reset() {
@@ -106,18 +90,7 @@ PostResult UdQueuePair::post_send(const UdSendWr& s) {
   return PostResult::Ok;
 }
 
-PostResult UdQueuePair::post_recv(const RecvWr& wr) {
-  if (srq_) return PostResult::InvalidArgument;
-  if (state_ == QpState::Reset) return PostResult::BadState;
-  if (wr.num_sge > kMaxSge) return PostResult::InvalidArgument;
-  if (recv_queue_.size() >= config_.max_recv_wr) return PostResult::QueueFull;
-  if (state_ == QpState::Error) {
-    endpoint_.push_flushed_receive(recv_cq_, qpn_, wr.wr_id);
-    return PostResult::Ok;
-  }
-  recv_queue_.push_back(wr);
-  return PostResult::Ok;
-}
+PostResult UdQueuePair::post_recv(const RecvWr& wr) { return post_own_recv(wr, config_.max_recv_wr); }
 
 size_t UdQueuePair::build_next(std::span<uint8_t> out, PeerId& peer) {
   if (pending_.empty()) return 0;

@@ -17,6 +17,7 @@
 #include "config.h"
 #include "counters.h"
 #include "metaroce/wire.h"
+#include "queue_pair_common.h"
 #include "types.h"
 
 namespace metaroce::transport {
@@ -38,23 +39,17 @@ struct UdAddresses {
   Gid destination{};
 };
 
-class UdQueuePair {
+class UdQueuePair final : public QueuePairCommon {
  public:
   // max_message: the largest message (the port's active MTU).
   UdQueuePair(Endpoint& endpoint, uint32_t qpn, uint32_t pd, uint32_t send_cq, uint32_t recv_cq,
               SharedReceiveQueue* srq, const QpConfig& config, uint32_t max_message);
 
-  uint32_t qpn() const { return qpn_; }
-  uint32_t send_cq() const { return send_cq_; }
-  uint32_t recv_cq() const { return recv_cq_; }
-  SharedReceiveQueue* srq() const { return srq_; }
-  QpState state() const { return state_; }
   uint32_t qkey() const { return qkey_; }
 
   // Enters `next` (Endpoint::modify_qp has checked that it may), with a new
   // Q_Key if given.
   void modify(QpState next, std::optional<uint32_t> qkey);
-  void to_error(bool requested = false);
   void to_reset();
 
   PostResult post_send(const UdSendWr& wr);
@@ -73,21 +68,13 @@ class UdQueuePair {
     std::vector<uint8_t> inline_bytes;  // copied at post time
   };
   void complete_send(const Pending& p, WcStatus status);
-  void flush();
+  void flush() override;
   const RecvWr* next_receive();
 
-  Endpoint& endpoint_;
-  const uint32_t qpn_;
-  const uint32_t pd_;
-  const uint32_t send_cq_;
-  const uint32_t recv_cq_;
-  SharedReceiveQueue* const srq_;
   const QpConfig config_;
   const uint32_t max_message_;
-  QpState state_ = QpState::Reset;
   uint32_t qkey_ = 0;
   std::deque<Pending> pending_;
-  std::deque<RecvWr> recv_queue_;
   std::vector<uint8_t> scratch_;  // GRH + message, scattered into a receive
 };
 

@@ -139,23 +139,8 @@ std::optional<transport::RecvWr> recv_wr_of(const ibv_recv_wr& wr, uint32_t max_
 
 int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   Qp* qp = qp_of(ibqp);
-  int err = 0;
-  qp->ctx->engine([&](transport::Endpoint& e) {
-    for (; wr; wr = wr->next) {
-      const std::optional<transport::RecvWr> r = recv_wr_of(*wr, qp->cap.max_recv_sge);
-      if (!r) {
-        err = EINVAL;
-        return;
-      }
-      const transport::PostResult result = e.post_recv(qp->qpn, *r);
-      if (result != transport::PostResult::Ok) {
-        err = errno_of(result);
-        return;
-      }
-    }
-  });
-  if (err && bad_wr) *bad_wr = wr;
-  return err;
+  return post_recv_chain(*qp->ctx, wr, bad_wr, qp->cap.max_recv_sge,
+                         [qp](transport::Endpoint& e, const transport::RecvWr& r) { return e.post_recv(qp->qpn, r); });
 }
 
 }  // namespace metaroce::verbs

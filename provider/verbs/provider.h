@@ -288,6 +288,25 @@ int errno_of(transport::PostResult result);
 // The engine's form of a receive WR, or nothing when its scatter list is
 // invalid (more than max_sge entries, or entries without a list): EINVAL.
 std::optional<transport::RecvWr> recv_wr_of(const ibv_recv_wr& wr, uint32_t max_sge);
+// ibv_post_recv and ibv_post_srq_recv: posts the chain `wr` in order with
+// `post(endpoint, RecvWr)` under the engine lock; at the first WR that fails
+// stops, points *bad_wr at it and returns its errno.
+template <typename Post>
+int post_recv_chain(Context& ctx, ibv_recv_wr* wr, ibv_recv_wr** bad_wr, uint32_t max_sge, Post&& post) {
+  int err = 0;
+  ctx.engine([&](transport::Endpoint& e) {
+    for (; wr; wr = wr->next) {
+      const std::optional<transport::RecvWr> r = recv_wr_of(*wr, max_sge);
+      const transport::PostResult result = r ? post(e, *r) : transport::PostResult::InvalidArgument;
+      if (result != transport::PostResult::Ok) {
+        err = errno_of(result);
+        return;
+      }
+    }
+  });
+  if (err && bad_wr) *bad_wr = wr;
+  return err;
+}
 // Bytes of an IB MTU.
 constexpr uint32_t ib_mtu_bytes(ibv_mtu mtu) { return 128u << mtu; }
 

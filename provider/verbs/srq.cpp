@@ -78,23 +78,9 @@ int destroy_srq(ibv_srq* ibsrq) {
 
 int post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   Srq* srq = srq_of(ibsrq);
-  int err = 0;
-  srq->ctx->engine([&](transport::Endpoint& e) {
-    for (; wr; wr = wr->next) {
-      const std::optional<transport::RecvWr> r = recv_wr_of(*wr, srq->max_sge);
-      if (!r) {
-        err = EINVAL;
-        return;
-      }
-      const transport::PostResult result = e.post_srq_recv(srq->id, *r);
-      if (result != transport::PostResult::Ok) {
-        err = errno_of(result);
-        return;
-      }
-    }
+  return post_recv_chain(*srq->ctx, wr, bad_wr, srq->max_sge, [srq](transport::Endpoint& e, const transport::RecvWr& r) {
+    return e.post_srq_recv(srq->id, r);
   });
-  if (err && bad_wr) *bad_wr = wr;
-  return err;
 }
 
 }  // namespace metaroce::verbs
