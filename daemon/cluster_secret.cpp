@@ -52,7 +52,7 @@ std::optional<std::vector<uint8_t>> load_cluster_secret(const std::string& path,
     error = path + ": " + std::strerror(errno);
     return std::nullopt;
   }
-  struct stat st{};
+  struct stat st {};
   std::string text;
   bool ok = ::fstat(fd, &st) == 0;
   if (!ok) {

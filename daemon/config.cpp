@@ -119,8 +119,7 @@ void read_policy(Reader& r, const toml::table& t, std::string_view where, ctl::P
   std::optional<uint64_t> target_us;
   r.integer(t, "target_delay_us", 0, 10'000'000, target_us);
   if (target_us) p.target_delay_ns = *target_us * 1000;
-  if (p.min_window_bytes && p.max_window_bytes && *p.max_window_bytes != 0 &&
-      *p.min_window_bytes > *p.max_window_bytes)
+  if (p.min_window_bytes && p.max_window_bytes && *p.max_window_bytes != 0 && *p.min_window_bytes > *p.max_window_bytes)
     r.error(t.get("min_window_bytes"), "min_window_bytes exceeds max_window_bytes in [" + std::string(where) + "]");
 }
 
@@ -131,7 +130,8 @@ void read(Reader& r, const toml::table& root, Config& c) {
     r.string(*t, "log_level", c.log_level);
     static const std::set<std::string> levels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
     if (t->get("log_level") && !levels.count(c.log_level))
-      r.error(t->get("log_level"), "log_level '" + c.log_level + "' is not one of trace, debug, info, warn, error, critical, off");
+      r.error(t->get("log_level"),
+              "log_level '" + c.log_level + "' is not one of trace, debug, info, warn, error, critical, off");
     r.string(*t, "socket", c.socket_path);
     if (t->get("socket") && (c.socket_path.empty() || c.socket_path[0] != '/' || c.socket_path.size() > 107))
       r.error(t->get("socket"), "socket must be an absolute path of at most 107 bytes");
@@ -151,8 +151,8 @@ void read(Reader& r, const toml::table& root, Config& c) {
     }
   }
   if (const toml::table* t = r.table(root, "ports")) {
-    r.check_keys(*t, "ports", {"home_first", "home_count", "source_first", "source_count", "block_size",
-                               "paths_per_connection"});
+    r.check_keys(*t, "ports",
+                 {"home_first", "home_count", "source_first", "source_count", "block_size", "paths_per_connection"});
     PortsConfig& p = c.ports;
     r.integer(*t, "home_first", 1, 65535, p.home_first);
     r.integer(*t, "home_count", 1, 4096, p.home_count);
@@ -166,8 +166,7 @@ void read(Reader& r, const toml::table& root, Config& c) {
     if (source_end > 65536) r.error(t->get("source_count"), "source ports run past 65535");
     if (p.home_first < source_end && p.source_first < home_end)
       r.error(t->get("source_first") ? t->get("source_first") : t, "the source-port pool overlaps the home ports");
-    if (p.block_size > p.source_count)
-      r.error(t->get("block_size"), "block_size exceeds source_count");
+    if (p.block_size > p.source_count) r.error(t->get("block_size"), "block_size exceeds source_count");
     if (p.paths_per_connection > p.block_size)
       r.error(t->get("paths_per_connection"), "paths_per_connection exceeds block_size");
   }
@@ -185,8 +184,8 @@ void read(Reader& r, const toml::table& root, Config& c) {
   if (const toml::table* t = r.table(root, "security")) {
     r.check_keys(*t, "security", {"mode", "secret_file"});
     r.string(*t, "mode", c.security.mode);
-    if (t->get("mode") && std::find(std::begin(ctl::kSecurityModes), std::end(ctl::kSecurityModes),
-                                    c.security.mode) == std::end(ctl::kSecurityModes))
+    if (t->get("mode") && std::find(std::begin(ctl::kSecurityModes), std::end(ctl::kSecurityModes), c.security.mode) ==
+                              std::end(ctl::kSecurityModes))
       r.error(t->get("mode"), "mode '" + c.security.mode + "' is not one of integrity, authenticate, encrypt");
     r.string(*t, "secret_file", c.security.secret_file);
     if (t->get("secret_file") && (c.security.secret_file.empty() || c.security.secret_file[0] != '/'))

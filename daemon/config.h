@@ -21,7 +21,7 @@ struct PortsConfig {
   uint16_t home_count = wire::kHomePortCount;
   uint16_t source_first = 20000;  // source-port pool, outside the kernel's ephemeral range
   uint16_t source_count = 12288;
-  uint16_t block_size = 64;       // ports per lease; a context uses `paths` of them
+  uint16_t block_size = 64;  // ports per lease; a context uses `paths` of them
   uint16_t paths_per_connection = 4;
 };
 

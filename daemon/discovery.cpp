@@ -149,8 +149,13 @@ bool discover(const std::string& dest, uint16_t dport, const std::string& source
   for (uint32_t ttl = 1; ttl <= max_ttl; ++ttl) {
     for (Prober& p : probers) {
       const int t = static_cast<int>(ttl);
-      uint8_t payload[7] = {kMagic[0], kMagic[1], kMagic[2], kMagic[3], static_cast<uint8_t>(ttl),
-                            static_cast<uint8_t>(p.port >> 8), static_cast<uint8_t>(p.port)};
+      uint8_t payload[7] = {kMagic[0],
+                            kMagic[1],
+                            kMagic[2],
+                            kMagic[3],
+                            static_cast<uint8_t>(ttl),
+                            static_cast<uint8_t>(p.port >> 8),
+                            static_cast<uint8_t>(p.port)};
       if (::setsockopt(p.fd, IPPROTO_IP, IP_TTL, &t, sizeof t) != 0) continue;
       // A send may report an earlier probe's ICMP error instead of sending: retry once.
       for (int attempt = 0; attempt < 2; ++attempt) {
@@ -183,7 +188,8 @@ bool discover(const std::string& dest, uint16_t dport, const std::string& source
     if (settled && now - last_answer >= kQuietPeriod) break;
     auto until = deadline;
     if (settled) until = std::min(deadline, last_answer + kQuietPeriod);
-    const int wait_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count()) + 1;
+    const int wait_ms =
+        static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count()) + 1;
     const int ready = ::poll(fds.data(), fds.size(), wait_ms);
     if (ready < 0 && errno != EINTR) break;
     const uint32_t before = out.answers;

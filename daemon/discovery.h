@@ -32,11 +32,11 @@ struct DiscoveredPath {
 struct Discovery {
   std::string dest;
   uint16_t dport = 0;
-  std::string source;          // local address probed from ("" = routing's choice)
+  std::string source;  // local address probed from ("" = routing's choice)
   std::vector<DiscoveredPath> paths;
   std::vector<uint16_t> unresolved_ports;  // no answer from any router
-  bool fallback = false;       // no router answered: hash spread only
-  bool reached = false;        // the destination answered (port unreachable)
+  bool fallback = false;                   // no router answered: hash spread only
+  bool reached = false;                    // the destination answered (port unreachable)
   uint32_t probes_sent = 0;
   uint32_t answers = 0;
   double elapsed_ms = 0;

@@ -49,8 +49,8 @@ class NetlinkImpl final : public Netlink {
       auto* link = reinterpret_cast<rtnl_link*>(o);
       const char* name = rtnl_link_get_name(link);
       if (!name) continue;
-      const bool wanted = planes.empty() ? std::strcmp(name, "lo") != 0
-                                         : std::find(planes.begin(), planes.end(), name) != planes.end();
+      const bool wanted =
+          planes.empty() ? std::strcmp(name, "lo") != 0 : std::find(planes.begin(), planes.end(), name) != planes.end();
       if (!wanted) continue;
       nlohmann::json l;
       l["name"] = name;

@@ -26,8 +26,7 @@ PortAllocator::PortAllocator(const PortsConfig& config)
       home_owner_(config.home_count, 0),
       block_owner_(config.block_size ? config.source_count / config.block_size : 0, 0) {}
 
-std::optional<PortLease> PortAllocator::allocate(uint64_t owner, std::string& error,
-                                                 std::optional<uint16_t> home_port,
+std::optional<PortLease> PortAllocator::allocate(uint64_t owner, std::string& error, std::optional<uint16_t> home_port,
                                                  std::optional<uint16_t> block_first) {
   if (owner == 0) {
     error = "invalid owner";
@@ -62,8 +61,7 @@ std::optional<PortLease> PortAllocator::allocate(uint64_t owner, std::string& er
       error = "source ports from " + std::to_string(*block_first) + " are not a block of this daemon's pool";
     else if (block_owner_[index] != 0)
       error = "the block at " + std::to_string(*block_first) + " is leased to another context";
-    else
-      block = index, block_owner_[index] = owner;
+    else block = index, block_owner_[index] = owner;
   } else {
     block = take(block_owner_, block_cursor_, owner);
     if (!block) error = "no free source-port block (all " + std::to_string(block_owner_.size()) + " leased)";

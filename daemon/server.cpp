@@ -123,9 +123,8 @@ bool Server::start(std::string& error) {
   std::string why;
   netlink_ = Netlink::open([this](const NetChange& c) { on_net_change(c); }, why);
   if (!netlink_) spdlog::warn("netlink unavailable, path tables will not follow route changes: {}", why);
-  spdlog::info("metaroced serving {} (home ports {}+{}, {} source-port blocks of {})", path,
-               config_.ports.home_first, config_.ports.home_count, allocator_->free_blocks(),
-               config_.ports.block_size);
+  spdlog::info("metaroced serving {} (home ports {}+{}, {} source-port blocks of {})", path, config_.ports.home_first,
+               config_.ports.home_count, allocator_->free_blocks(), config_.ports.block_size);
   // Under systemd (Type=notify), `systemctl start` returns once providers can connect.
   (void)sd_notify(0, "READY=1");
   return true;
@@ -235,9 +234,7 @@ void Server::drop(uint64_t id) {
 
 void Server::handle(Client& c, const ctl::Message& m) {
   switch (m.type) {
-    case ctl::Type::Lease:
-      send(c, lease(c, m.body));
-      return;
+    case ctl::Type::Lease: send(c, lease(c, m.body)); return;
     case ctl::Type::Report:
       if (!c.provider) {
         send(c, ctl::make_error("report before lease"));
@@ -245,9 +242,7 @@ void Server::handle(Client& c, const ctl::Message& m) {
       }
       stats_.update(c.id, c.cred.pid, c.cred.uid, m.body, now());
       return;  // reports are not answered: they are periodic and one-way
-    case ctl::Type::Status:
-      send(c, status());
-      return;
+    case ctl::Type::Status: send(c, status()); return;
     case ctl::Type::Stats: {
       nlohmann::json r = ctl::make(ctl::Type::Stats);
       r["stats"] = stats_.to_json(now());
@@ -260,12 +255,8 @@ void Server::handle(Client& c, const ctl::Message& m) {
     case ctl::Type::PeerPorts:
       if (const std::optional<nlohmann::json> r = peer_ports(c, m.body)) send(c, *r);
       return;
-    case ctl::Type::PeerKey:
-      send(c, peer_key(c, m.body));
-      return;
-    case ctl::Type::Reload:
-      send(c, reload(c));
-      return;
+    case ctl::Type::PeerKey: send(c, peer_key(c, m.body)); return;
+    case ctl::Type::Reload: send(c, reload(c)); return;
     case ctl::Type::LeaseOk:
     case ctl::Type::PeerPortsOk:
     case ctl::Type::PeerKeyOk:
@@ -288,8 +279,7 @@ nlohmann::json Server::lease(Client& c, const nlohmann::json& body) {
     return ctl::make_error("pid " + std::to_string(claimed) + " does not match the peer credentials (pid " +
                            std::to_string(c.cred.pid) + ")");
   const std::string traffic_class = body.value("class", "default");
-  if (!config_.classes.count(traffic_class))
-    return ctl::make_error("unknown traffic class '" + traffic_class + "'");
+  if (!config_.classes.count(traffic_class)) return ctl::make_error("unknown traffic class '" + traffic_class + "'");
   const uint32_t want = body.value("paths", uint32_t{config_.ports.paths_per_connection});
   if (want > config_.ports.block_size)
     return ctl::make_error("paths " + std::to_string(want) + " exceeds the block size " +
@@ -564,7 +554,8 @@ bool Server::reload_config(std::string& error) {
   next.ports = config_.ports;
   next.security = config_.security;
   config_ = std::move(next);
-  if (auto level = spdlog::level::from_str(config_.log_level); level != spdlog::level::off || config_.log_level == "off")
+  if (auto level = spdlog::level::from_str(config_.log_level);
+      level != spdlog::level::off || config_.log_level == "off")
     spdlog::set_level(level);
   paths_.clear();
   push_policies();

@@ -116,7 +116,7 @@ class Server {
   std::unique_ptr<ProbeWorker> probes_;
   std::map<uint64_t, PendingProbe> pending_;  // by ticket
   uint64_t probe_owners_ = 0;                 // `paths` probes so far: each probes from a block of its own
-  std::vector<uint8_t> secret_;  // the cluster secret; empty in integrity mode
+  std::vector<uint8_t> secret_;               // the cluster secret; empty in integrity mode
   int listen_fd_ = -1;
   int signal_fd_ = -1;
   bool socket_created_ = false;

@@ -16,8 +16,7 @@ namespace metaroce::daemon {
 
 class StatsStore {
  public:
-  void update(uint64_t client, pid_t pid, uid_t uid, nlohmann::json report,
-              std::chrono::steady_clock::time_point now);
+  void update(uint64_t client, pid_t pid, uid_t uid, nlohmann::json report, std::chrono::steady_clock::time_point now);
   void forget(uint64_t client) { reports_.erase(client); }
   size_t size() const { return reports_.size(); }
   // {"contexts": [{pid, uid, age_ms, home_port, device, counters, connections}], "totals": {...}}

@@ -102,11 +102,20 @@ enum class Type {
 };
 
 inline constexpr std::pair<Type, const char*> kTypeNames[] = {
-    {Type::Lease, "lease"},   {Type::LeaseOk, "lease_ok"}, {Type::Report, "report"},
-    {Type::Status, "status"}, {Type::Stats, "stats"},      {Type::Reload, "reload"},
-    {Type::Paths, "paths"},   {Type::PeerPorts, "peer_ports"}, {Type::PeerPortsOk, "peer_ports_ok"},
-    {Type::PeerKey, "peer_key"}, {Type::PeerKeyOk, "peer_key_ok"},
-    {Type::Policy, "policy"}, {Type::Ok, "ok"},            {Type::Error, "error"},
+    {Type::Lease, "lease"},
+    {Type::LeaseOk, "lease_ok"},
+    {Type::Report, "report"},
+    {Type::Status, "status"},
+    {Type::Stats, "stats"},
+    {Type::Reload, "reload"},
+    {Type::Paths, "paths"},
+    {Type::PeerPorts, "peer_ports"},
+    {Type::PeerPortsOk, "peer_ports_ok"},
+    {Type::PeerKey, "peer_key"},
+    {Type::PeerKeyOk, "peer_key_ok"},
+    {Type::Policy, "policy"},
+    {Type::Ok, "ok"},
+    {Type::Error, "error"},
 };
 
 // The security modes a lease can carry, in the order of wire::Security.
@@ -122,14 +131,14 @@ inline const char* to_string(Type type) {
 // A traffic class's congestion policy. Absent fields leave the provider's own
 // setting alone, so a config that names only target_delay changes only that.
 struct Policy {
-  std::optional<double> ecn_gain;                  // (0, 1]
-  std::optional<uint32_t> additive_increase_bytes; // per RTT; 0 = one MTU
-  std::optional<uint64_t> target_delay_ns;         // 0 = base RTT
-  std::optional<double> delay_backoff;             // (0, 1)
+  std::optional<double> ecn_gain;                   // (0, 1]
+  std::optional<uint32_t> additive_increase_bytes;  // per RTT; 0 = one MTU
+  std::optional<uint64_t> target_delay_ns;          // 0 = base RTT
+  std::optional<double> delay_backoff;              // (0, 1)
   std::optional<uint32_t> min_window_bytes;
   std::optional<uint32_t> max_window_bytes;
   std::optional<uint32_t> initial_window_bytes;
-  std::optional<double> rate_hint_utilization;     // (0, 1]
+  std::optional<double> rate_hint_utilization;  // (0, 1]
   bool operator==(const Policy&) const = default;
 };
 
@@ -166,16 +175,16 @@ inline bool fail(std::string& error, std::string message) {
   return false;
 }
 
-inline bool get_uint(const nlohmann::json& j, const char* key, uint64_t min, uint64_t max,
-                     bool required, std::optional<uint64_t>& out, std::string& error) {
+inline bool get_uint(const nlohmann::json& j, const char* key, uint64_t min, uint64_t max, bool required,
+                     std::optional<uint64_t>& out, std::string& error) {
   auto it = j.find(key);
   if (it == j.end()) return !required || fail(error, std::string("missing field '") + key + "'");
   if (!it->is_number_unsigned() && !(it->is_number_integer() && it->get<int64_t>() >= 0))
     return fail(error, std::string("field '") + key + "' must be a non-negative integer");
   const uint64_t v = it->get<uint64_t>();
   if (v < min || v > max)
-    return fail(error, std::string("field '") + key + "' out of range [" + std::to_string(min) +
-                           ", " + std::to_string(max) + "]");
+    return fail(error, std::string("field '") + key + "' out of range [" + std::to_string(min) + ", " +
+                           std::to_string(max) + "]");
   out = v;
   return true;
 }
@@ -186,7 +195,8 @@ inline bool get_key(const nlohmann::json& j, const char* key, std::string& error
   if (it == j.end() || !it->is_string() || it->get_ref<const std::string&>().size() != kPairKeyHexDigits)
     return fail(error, std::string("field '") + key + "' must be " + std::to_string(kPairKeyHexDigits) + " hex digits");
   for (const char c : it->get_ref<const std::string&>())
-    if (!std::isxdigit(static_cast<unsigned char>(c))) return fail(error, std::string("field '") + key + "' is not hex");
+    if (!std::isxdigit(static_cast<unsigned char>(c)))
+      return fail(error, std::string("field '") + key + "' is not hex");
   return true;
 }
 
@@ -199,8 +209,8 @@ inline bool get_security(const nlohmann::json& j, std::string& error) {
   return fail(error, "field 'security' must be \"integrity\", \"authenticate\" or \"encrypt\"");
 }
 
-inline bool get_real(const nlohmann::json& j, const char* key, double min, double max,
-                     bool min_open, std::optional<double>& out, std::string& error) {
+inline bool get_real(const nlohmann::json& j, const char* key, double min, double max, bool min_open,
+                     std::optional<double>& out, std::string& error) {
   auto it = j.find(key);
   if (it == j.end()) return true;
   if (!it->is_number()) return fail(error, std::string("field '") + key + "' must be a number");
@@ -211,8 +221,7 @@ inline bool get_real(const nlohmann::json& j, const char* key, double min, doubl
   return true;
 }
 
-inline bool get_string(const nlohmann::json& j, const char* key, size_t max_len, bool required,
-                       std::string& error) {
+inline bool get_string(const nlohmann::json& j, const char* key, size_t max_len, bool required, std::string& error) {
   auto it = j.find(key);
   if (it == j.end()) return !required || fail(error, std::string("missing field '") + key + "'");
   if (!it->is_string()) return fail(error, std::string("field '") + key + "' must be a string");
@@ -251,9 +260,8 @@ inline bool policy_from_json(const nlohmann::json& j, Policy& p, std::string& er
     if (u) field = static_cast<uint32_t>(*u);
     return true;
   };
-  if (!u32("additive_increase_bytes", out.additive_increase_bytes) ||
-      !u32("min_window_bytes", out.min_window_bytes) || !u32("max_window_bytes", out.max_window_bytes) ||
-      !u32("initial_window_bytes", out.initial_window_bytes))
+  if (!u32("additive_increase_bytes", out.additive_increase_bytes) || !u32("min_window_bytes", out.min_window_bytes) ||
+      !u32("max_window_bytes", out.max_window_bytes) || !u32("initial_window_bytes", out.initial_window_bytes))
     return false;
   u.reset();
   if (!get_uint(j, "target_delay_ns", 0, 10'000'000'000ull, false, u, error)) return false;
@@ -276,10 +284,9 @@ inline bool validate(Type type, const nlohmann::json& body, std::string& error) 
   std::optional<uint64_t> u;
   switch (type) {
     case Type::Lease:
-      return get_uint(body, "pid", 1, INT32_MAX, true, u, error) &&
-             get_string(body, "address", 64, true, error) &&
-             get_uint(body, "paths", 1, kMaxPaths, false, u, error) &&
-             get_string(body, "class", 64, false, error) && get_uint(body, "home_port", 1, 65535, false, u, error) &&
+      return get_uint(body, "pid", 1, INT32_MAX, true, u, error) && get_string(body, "address", 64, true, error) &&
+             get_uint(body, "paths", 1, kMaxPaths, false, u, error) && get_string(body, "class", 64, false, error) &&
+             get_uint(body, "home_port", 1, 65535, false, u, error) &&
              get_uint(body, "block_first", 1, 65535, false, u, error);
     case Type::LeaseOk: {
       if (!get_uint(body, "home_port", 1, 65535, true, u, error) ||
@@ -293,8 +300,7 @@ inline bool validate(Type type, const nlohmann::json& body, std::string& error) 
       return pit == body.end() ? fail(error, "missing field 'policy'") : policy_from_json(*pit, policy, error);
     }
     case Type::Report: {
-      if (!get_uint(body, "home_port", 1, 65535, true, u, error) ||
-          !get_string(body, "device", 64, false, error))
+      if (!get_uint(body, "home_port", 1, 65535, true, u, error) || !get_string(body, "device", 64, false, error))
         return false;
       auto c = body.find("counters");
       if (c == body.end() || !c->is_object()) return fail(error, "field 'counters' must be an object");
@@ -323,7 +329,8 @@ inline bool validate(Type type, const nlohmann::json& body, std::string& error) 
              get_string(body, "source", 64, false, error);
     case Type::PeerPorts:
       return get_uint(body, "home_port", 1, 65535, true, u, error) && get_string(body, "dest", 64, true, error) &&
-             get_uint(body, "dport", 1, 65535, false, u, error) && get_uint(body, "paths", 1, kMaxPaths, true, u, error);
+             get_uint(body, "dport", 1, 65535, false, u, error) &&
+             get_uint(body, "paths", 1, kMaxPaths, true, u, error);
     case Type::PeerKey:
       return get_uint(body, "home_port", 1, 65535, true, u, error) && get_string(body, "dest", 64, true, error) &&
              get_uint(body, "dport", 1, 65535, false, u, error);
@@ -339,13 +346,11 @@ inline bool validate(Type type, const nlohmann::json& body, std::string& error) 
       auto pit = body.find("policy");
       return pit == body.end() ? fail(error, "missing field 'policy'") : policy_from_json(*pit, policy, error);
     }
-    case Type::Error:
-      return get_string(body, "message", 4096, true, error);
+    case Type::Error: return get_string(body, "message", 4096, true, error);
     case Type::Status:
     case Type::Stats:
     case Type::Reload:
-    case Type::Ok:
-      return true;
+    case Type::Ok: return true;
   }
   return fail(error, "unknown type");
 }

@@ -37,8 +37,8 @@ extern "C" {
 // interface name, whose first IPv4 address (else its first IPv6 address) is
 // used.
 struct metaroce_dv_device_spec {
-  const char *name;
-  const char *netdev_or_ip;
+  const char* name;
+  const char* netdev_or_ip;
 };
 
 enum metaroce_dv_profile {
@@ -58,10 +58,10 @@ enum metaroce_dv_options_mask {
 };
 
 struct metaroce_dv_options {
-  uint64_t comp_mask;               // enum metaroce_dv_options_mask
-  uint32_t paths;                   // UDP source ports sprayed over (default 4)
-  uint32_t mtu;                     // payload bytes per packet (default: what fits the netdev's MTU)
-  enum metaroce_dv_profile profile; // default METAROCE_DV_PROFILE_METAROCE
+  uint64_t comp_mask;                // enum metaroce_dv_options_mask
+  uint32_t paths;                    // UDP source ports sprayed over (default 4)
+  uint32_t mtu;                      // payload bytes per packet (default: what fits the netdev's MTU)
+  enum metaroce_dv_profile profile;  // default METAROCE_DV_PROFILE_METAROCE
   // Test hook: probability of dropping each received datagram (default 0).
   double test_loss;
   // Home port; 0 or unset = the first free one in [4792, 4792 + 4096).
@@ -76,27 +76,25 @@ struct metaroce_dv_options {
 // metaroce_dv_free_device_list(). Returns NULL with errno set on error
 // (EINVAL: bad spec or unknown interface; EEXIST: the name is already bound
 // to another address).
-struct ibv_device **metaroce_dv_get_device_list(const struct metaroce_dv_device_spec *specs,
-                                                int count, int *num);
-void metaroce_dv_free_device_list(struct ibv_device **list);
+struct ibv_device** metaroce_dv_get_device_list(const struct metaroce_dv_device_spec* specs, int count, int* num);
+void metaroce_dv_free_device_list(struct ibv_device** list);
 
 // Creates (or finds) device `name` bound to `netdev_or_ip` and opens it, with
 // opts (may be NULL) overriding the environment. Close with
 // ibv_close_device(). Returns NULL with errno set on error.
-struct ibv_context *metaroce_dv_open_device(const char *name, const char *netdev_or_ip,
-                                            const struct metaroce_dv_options *opts);
+struct ibv_context* metaroce_dv_open_device(const char* name, const char* netdev_or_ip,
+                                            const struct metaroce_dv_options* opts);
 
 // Opens a MetaRoCE device from a list with options (ibv_open_device() is the
 // same with opts == NULL).
-struct ibv_context *metaroce_dv_open(struct ibv_device *device,
-                                     const struct metaroce_dv_options *opts);
+struct ibv_context* metaroce_dv_open(struct ibv_device* device, const struct metaroce_dv_options* opts);
 
 // True when `device` / `context` belong to this provider.
-bool metaroce_dv_is_metaroce_device(struct ibv_device *device);
-bool metaroce_dv_is_metaroce_context(struct ibv_context *context);
+bool metaroce_dv_is_metaroce_device(struct ibv_device* device);
+bool metaroce_dv_is_metaroce_context(struct ibv_context* context);
 
 // The UDP home port of an open context (0 if not a MetaRoCE context).
-uint16_t metaroce_dv_home_port(struct ibv_context *context);
+uint16_t metaroce_dv_home_port(struct ibv_context* context);
 
 #ifdef __cplusplus
 }  // extern "C"

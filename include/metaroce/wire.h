@@ -85,11 +85,11 @@ inline constexpr uint8_t kFlagRetransmit = 0x02;  // payload was sent before und
 inline constexpr uint8_t kDataFlagsMask = 0x03;
 
 enum class NakKind : uint8_t {
-  ReceiverNotReady = 1,  // SEND found no posted receive; retry after rnr_delay_ns
-  RemoteAccess = 2,      // bad rkey, bounds or access rights
-  InvalidRequest = 3,    // malformed or unsupported request for this QP
-  Sequence = 4,          // rocev2 profile only: first gap in the path's sequence
-  RemoteOperational = 5, // the responder could not use the receive WQE (e.g. a bad lkey)
+  ReceiverNotReady = 1,   // SEND found no posted receive; retry after rnr_delay_ns
+  RemoteAccess = 2,       // bad rkey, bounds or access rights
+  InvalidRequest = 3,     // malformed or unsupported request for this QP
+  Sequence = 4,           // rocev2 profile only: first gap in the path's sequence
+  RemoteOperational = 5,  // the responder could not use the receive WQE (e.g. a bad lkey)
 };
 
 // ---------------------------------------------------------------------------
@@ -151,8 +151,8 @@ struct [[gnu::packed]] AtomicResponseWire {
 static_assert(sizeof(AtomicResponseWire) == 8);
 
 struct [[gnu::packed]] AckHeaderWire {
-  uint8_t path_blocks;      // number of PathSackWire that follow (<= kMaxAckPathBlocks)
-  uint8_t stream_entries;   // number of StreamAckWire after them (<= kMaxAckStreams)
+  uint8_t path_blocks;     // number of PathSackWire that follow (<= kMaxAckPathBlocks)
+  uint8_t stream_entries;  // number of StreamAckWire after them (<= kMaxAckStreams)
   uint16_t reserved;
   uint32_t rate_hint_mbps;  // receiver's inbound share for this sender, Mb/s; 0 = no hint
   uint32_t ack_delay_ns;    // time the receiver held the newest ACKed packet
@@ -334,9 +334,9 @@ struct UdHeader {
 struct Packet {
   CommonHeader common;
   DataHeader data;
-  ReadRequest read;          // Data/ReadRequest
-  AtomicRequest atomic;      // Data/FetchAdd, Data/CompareSwap
-  uint64_t atomic_original = 0;  // Data/AtomicResponse
+  ReadRequest read;                  // Data/ReadRequest
+  AtomicRequest atomic;              // Data/FetchAdd, Data/CompareSwap
+  uint64_t atomic_original = 0;      // Data/AtomicResponse
   std::span<const uint8_t> payload;  // Data: SEND/WRITE/READ_RESP bytes; UdSend: the message
   UdHeader ud;                       // UdSend
   Ack ack;
@@ -346,17 +346,17 @@ struct Packet {
 
 enum class DecodeStatus : uint8_t {
   Ok = 0,
-  Truncated,       // shorter than the headers its type needs
+  Truncated,  // shorter than the headers its type needs
   BadVersion,
   BadType,
   BadOpcode,
-  BadFlags,        // unknown flag bits set
-  BadCount,        // ACK counts above the maximum
-  BadLength,       // payload/extension length inconsistent with the opcode or message
-  BadPath,         // path id >= kMaxPaths
+  BadFlags,   // unknown flag bits set
+  BadCount,   // ACK counts above the maximum
+  BadLength,  // payload/extension length inconsistent with the opcode or message
+  BadPath,    // path id >= kMaxPaths
   BadNakKind,
-  TrailingBytes,   // bytes left over after a fixed-size body
-  BadSecurity,     // unknown security mode
+  TrailingBytes,  // bytes left over after a fixed-size body
+  BadSecurity,    // unknown security mode
 };
 inline constexpr uint8_t kDecodeStatusCount = 12;
 const char* to_string(DecodeStatus status);
@@ -392,9 +392,8 @@ size_t data_header_bytes(Opcode opcode);
 // extension) to `out`; the caller writes `payload` bytes right after them
 // (data_header_bytes(opcode) bytes in). Returns the header byte count, or 0 if
 // `out` is too small for headers plus payload_bytes.
-size_t encode_data(std::span<uint8_t> out, Origin origin, const DataHeader& header,
-                   const ReadRequest* read, const AtomicRequest* atomic,
-                   const uint64_t* atomic_original, size_t payload_bytes);
+size_t encode_data(std::span<uint8_t> out, Origin origin, const DataHeader& header, const ReadRequest* read,
+                   const AtomicRequest* atomic, const uint64_t* atomic_original, size_t payload_bytes);
 
 // Each returns the datagram length (without trailer), or 0 if `out` is too
 // small.
@@ -408,8 +407,8 @@ size_t encode_ud(std::span<uint8_t> out, Origin origin, const UdHeader& header, 
 
 // Payload-bearing opcodes carry bytes after their headers.
 constexpr bool carries_payload(Opcode op) {
-  return op == Opcode::Send || op == Opcode::SendImm || op == Opcode::Write ||
-         op == Opcode::WriteImm || op == Opcode::ReadResponse;
+  return op == Opcode::Send || op == Opcode::SendImm || op == Opcode::Write || op == Opcode::WriteImm ||
+         op == Opcode::ReadResponse;
 }
 // Opcodes that consume a posted receive at the responder.
 constexpr bool consumes_receive(Opcode op) {
@@ -418,8 +417,6 @@ constexpr bool consumes_receive(Opcode op) {
 constexpr bool is_atomic(Opcode op) { return op == Opcode::FetchAdd || op == Opcode::CompareSwap; }
 // Requests answered with data: they count against max_rd_atomic.
 constexpr bool needs_response(Opcode op) { return op == Opcode::ReadRequest || is_atomic(op); }
-constexpr bool is_request(Opcode op) {
-  return op != Opcode::ReadResponse && op != Opcode::AtomicResponse;
-}
+constexpr bool is_request(Opcode op) { return op != Opcode::ReadResponse && op != Opcode::AtomicResponse; }
 
 }  // namespace metaroce::wire

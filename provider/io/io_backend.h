@@ -45,12 +45,12 @@ struct BackendCounters {
   uint64_t datagrams_sent = 0;  // handed to the kernel
   uint64_t send_syscalls = 0;
   uint64_t receive_syscalls = 0;
-  uint64_t send_errors = 0;     // datagrams the kernel refused
+  uint64_t send_errors = 0;  // datagrams the kernel refused
   // Of those, refused for being larger than the path MTU (EMSGSIZE): they
   // would need IP fragmentation, which is never used. A bug (the payload
   // size did not fit the link), so the runtime logs the first.
   uint64_t oversize_drops = 0;
-  uint64_t gso_sends = 0;       // messages carrying more than one datagram
+  uint64_t gso_sends = 0;  // messages carrying more than one datagram
 };
 
 class IoBackend {

@@ -57,8 +57,7 @@ class MmsgBackend final : public IoBackend {
     mmsghdr* headers = rx_.arm_all(rx_.count());
     const int received = recvmmsg(config_.home_fd, headers, rx_.count(), MSG_DONTWAIT, nullptr);
     ++counters_.receive_syscalls;
-    for (int i = 0; i < received; ++i)
-      messages_.push_back(rx_.message(static_cast<uint32_t>(i), headers[i].msg_len));
+    for (int i = 0; i < received; ++i) messages_.push_back(rx_.message(static_cast<uint32_t>(i), headers[i].msg_len));
     return messages_;
   }
 
@@ -80,7 +79,6 @@ class MmsgBackend final : public IoBackend {
       i = j;
     }
   }
-
 
   void drain_sends(transport::Time) override {}  // sendmmsg has sent them already
 

@@ -225,8 +225,8 @@ bool RuntimeImpl::open_home_socket(std::string& error) {
     if (try_port(static_cast<uint16_t>(port), bind_errno)) return true;
     if (bind_errno != EADDRINUSE && bind_errno != EACCES) return false;
   }
-  error = "no free home port in [" + std::to_string(first) + ", " + std::to_string(last) + ") on " +
-          options_.local_address;
+  error =
+      "no free home port in [" + std::to_string(first) + ", " + std::to_string(last) + ") on " + options_.local_address;
   return false;
 }
 

@@ -56,9 +56,9 @@ struct RuntimeOptions {
   // collide and discovery can choose ports that cover the fabric's paths);
   // needs at least `paths` ports.
   std::vector<uint16_t> path_source_ports;
-  bool allow_io_uring = true;          // false: force the sendmmsg/recvmmsg fallback
-  bool use_gso = true;                 // UDP_SEGMENT on send where supported
-  bool use_gro = true;                 // UDP_GRO on receive where supported
+  bool allow_io_uring = true;  // false: force the sendmmsg/recvmmsg fallback
+  bool use_gso = true;         // UDP_SEGMENT on send where supported
+  bool use_gro = true;         // UDP_GRO on receive where supported
   // Test hook: drop each received datagram with this probability before the
   // engine sees it (there is no netem here). Deterministic from test_seed.
   double test_drop_probability = 0;

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstring>
 
-
 namespace metaroce::io {
 
 TxBatch::TxBatch(uint32_t capacity, uint32_t slot_bytes)
@@ -17,8 +16,7 @@ TxBatch::TxBatch(uint32_t capacity, uint32_t slot_bytes)
       messages_(new mmsghdr[capacity_]()),
       destinations_(new sockaddr_storage[capacity_]()),
       controls_(new Control[capacity_]()),
-      info_(new MessageInfo[capacity_]) {
-}
+      info_(new MessageInfo[capacity_]) {}
 
 void TxBatch::build(const PeerTable::View& peers, uint16_t default_sockets, uint16_t socket_count, bool gso,
                     uint64_t& unroutable) {

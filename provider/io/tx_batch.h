@@ -48,9 +48,7 @@ class TxBatch {
 
   // Where the next datagram goes (slot_bytes long); requires !full().
   std::span<uint8_t> next_slot() { return {slot(count_), slot_bytes_}; }
-  void commit(transport::PeerId peer, uint16_t path, uint32_t length) {
-    entries_[count_++] = {peer, path, length, 0};
-  }
+  void commit(transport::PeerId peer, uint16_t path, uint32_t length) { entries_[count_++] = {peer, path, length, 0}; }
 
   // Builds the send messages (see the rules above). Each datagram's socket
   // is peers.socket(peer, path, default_sockets), below `socket_count`.

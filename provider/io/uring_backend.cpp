@@ -60,8 +60,7 @@ __kernel_timespec to_kernel_timespec(transport::Time ns) {
 
 class UringBackend final : public IoBackend {
  public:
-  explicit UringBackend(const BackendConfig& config)
-      : IoBackend(config.gso), config_(config) {
+  explicit UringBackend(const BackendConfig& config) : IoBackend(config.gso), config_(config) {
     for (auto& arena : arenas_) arena = std::make_unique<TxBatch>(config.tx_capacity, config.tx_slot_bytes);
     messages_.reserve(std::max(config.rx_slots, kPostedReceives));
     ready_slots_.reserve(kPostedReceives);
@@ -409,16 +408,15 @@ class UringBackend final : public IoBackend {
         kick_armed_ = false;
         if (result > 0) kicked_ = true;
         return;
-      default:
-        return;  // cancel results, liburing's internal timeouts
+      default: return;  // cancel results, liburing's internal timeouts
     }
   }
 
   BackendConfig config_;
   io_uring ring_{};
   bool ring_ready_ = false;
-  bool fixed_files_ = false;      // home and event fds registered (slots 0, 1)
-  size_t registered_paths_ = 0;   // path sockets [0, n) registered at slot 2 + i
+  bool fixed_files_ = false;     // home and event fds registered (slots 0, 1)
+  size_t registered_paths_ = 0;  // path sockets [0, n) registered at slot 2 + i
   bool shutting_down_ = false;
   std::unique_ptr<ProvidedBuffers> provided_;  // multishot mode
   bool multishot_armed_ = false;

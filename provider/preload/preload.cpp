@@ -51,8 +51,7 @@ Fn real(const char* name, const char* version) {
   return reinterpret_cast<Fn>(sym);
 }
 
-#define REAL(name, version) \
-  static const auto real_##name = real<decltype(&name)>(#name, version)
+#define REAL(name, version) static const auto real_##name = real<decltype(&name)>(#name, version)
 
 struct Lists {
   std::mutex mutex;
@@ -89,8 +88,7 @@ ibv_device** ibv_get_device_list(int* num) {
     const int err = errno;
     std::call_once(warned, [err] {
       std::fprintf(stderr, "metaroce: METAROCE_DEVICES='%s': %s\n",
-                   std::getenv("METAROCE_DEVICES") ? std::getenv("METAROCE_DEVICES") : "",
-                   std::strerror(err));
+                   std::getenv("METAROCE_DEVICES") ? std::getenv("METAROCE_DEVICES") : "", std::strerror(err));
     });
     n_ours = 0;
   }
@@ -100,8 +98,8 @@ ibv_device** ibv_get_device_list(int* num) {
     if (!real_list) errno = real_errno;
     return real_list;
   }
-  auto** combined = static_cast<ibv_device**>(std::calloc(static_cast<size_t>(n_real + n_ours) + 1,
-                                                          sizeof(ibv_device*)));
+  auto** combined =
+      static_cast<ibv_device**>(std::calloc(static_cast<size_t>(n_real + n_ours) + 1, sizeof(ibv_device*)));
   if (!combined) {
     metaroce_dv_free_device_list(our_list);
     if (real_list && real_ibv_free_device_list) real_ibv_free_device_list(real_list);
@@ -154,15 +152,15 @@ int ibv_query_gid(ibv_context* context, uint8_t port_num, int index, union ibv_g
   return err ? fail(err) : 0;
 }
 
-int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_index, ibv_gid_entry* entry,
-                      uint32_t flags, size_t entry_size) {
+int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_index, ibv_gid_entry* entry, uint32_t flags,
+                      size_t entry_size) {
   REAL(_ibv_query_gid_ex, "IBVERBS_1.11");
   if (!ours(context)) return real__ibv_query_gid_ex(context, port_num, gid_index, entry, flags, entry_size);
   return metaroce_priv_query_gid_ex(context, port_num, gid_index, entry, flags, entry_size);
 }
 
-ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_t max_entries,
-                             uint32_t flags, size_t entry_size) {
+ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_t max_entries, uint32_t flags,
+                             size_t entry_size) {
   REAL(_ibv_query_gid_table, "IBVERBS_1.11");
   if (!ours(context)) return real__ibv_query_gid_table(context, entries, max_entries, flags, entry_size);
   return metaroce_priv_query_gid_table(context, entries, max_entries, flags, entry_size);

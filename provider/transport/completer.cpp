@@ -146,15 +146,15 @@ Verdict QueuePair::on_response(Time now, const wire::Packet& p) {
     const std::span<const Sge> sges = sges_of(*m);
     uint8_t bytes[8];
     std::memcpy(bytes, &p.atomic_original, 8);
-    const bool placed = endpoint_.memory().check_sges(sges, pd_, true) == AccessCheck::Ok &&
-                        scatter_to_sges(sges, 0, bytes);
+    const bool placed =
+        endpoint_.memory().check_sges(sges, pd_, true) == AccessCheck::Ok && scatter_to_sges(sges, 0, bytes);
     finish(*m, placed ? WcStatus::Success : WcStatus::LocalProtectionError);
     note_progress(now);
     advance_requester();
     return Verdict::Placed;
   }
-  if (m->opcode != wire::Opcode::ReadRequest || h.msg_length != m->length ||
-      h.remote_addr != m->read.sink_addr || h.rkey != m->read.sink_key)
+  if (m->opcode != wire::Opcode::ReadRequest || h.msg_length != m->length || h.remote_addr != m->read.sink_addr ||
+      h.rkey != m->read.sink_key)
     return Verdict::StaleResponse;
   if (h.offset % mtu() != 0) return Verdict::StaleResponse;
   const uint32_t chunk = h.offset / mtu();
@@ -170,10 +170,12 @@ Verdict QueuePair::on_response(Time now, const wire::Packet& p) {
     uint64_t left = p.payload.size();
     for (const Sge& sge : sges) {
       if (left == 0) break;
-      if (skip >= sge.length) { skip -= sge.length; continue; }
+      if (skip >= sge.length) {
+        skip -= sge.length;
+        continue;
+      }
       const uint64_t n = std::min<uint64_t>(sge.length - skip, left);
-      if (endpoint_.memory().check_local(sge.lkey, pd_, sge.addr + skip, n, true) != AccessCheck::Ok)
-        ok = false;
+      if (endpoint_.memory().check_local(sge.lkey, pd_, sge.addr + skip, n, true) != AccessCheck::Ok) ok = false;
       left -= n;
       skip = 0;
     }

@@ -11,13 +11,13 @@ namespace metaroce::transport {
 // Per-path congestion response. Defaults suit a datacenter fabric: start at
 // line rate (as RDMA congestion controllers do) and back off on ECN and delay.
 struct CongestionConfig {
-  double ecn_gain = 1.0 / 16;          // EWMA gain of the marked fraction (DCTCP's g)
+  double ecn_gain = 1.0 / 16;            // EWMA gain of the marked fraction (DCTCP's g)
   uint32_t additive_increase_bytes = 0;  // per RTT; 0 = one MTU
-  Time target_queue_delay_ns = 0;      // delay signal: back off when RTT exceeds min RTT + this; 0 = base RTT
-  double delay_backoff = 0.8;          // window factor applied when the delay signal fires
-  uint32_t min_window_bytes = 0;       // 0 = one MTU
-  uint32_t max_window_bytes = 0;       // per path; 0 = 4 * initial window
-  uint32_t initial_window_bytes = 0;   // per path; 0 = the path's bandwidth-delay product
+  Time target_queue_delay_ns = 0;        // delay signal: back off when RTT exceeds min RTT + this; 0 = base RTT
+  double delay_backoff = 0.8;            // window factor applied when the delay signal fires
+  uint32_t min_window_bytes = 0;         // 0 = one MTU
+  uint32_t max_window_bytes = 0;         // per path; 0 = 4 * initial window
+  uint32_t initial_window_bytes = 0;     // per path; 0 = the path's bandwidth-delay product
 };
 
 struct EndpointConfig {
@@ -28,15 +28,15 @@ struct EndpointConfig {
   // the port from the QP number it is given.
   uint32_t qpn_base = 0x11;
   uint32_t max_qps = 0xffffff;
-  uint16_t paths = 4;                  // MetaRoCE only; RoCEv2 always uses one
+  uint16_t paths = 4;  // MetaRoCE only; RoCEv2 always uses one
   // Independent network planes the device reaches (one NIC or netdev each).
   // Path p belongs to plane p % planes, so consecutive paths alternate
   // planes and the scheduler spreads a connection's packets over all of
   // them. Use a multiple of planes as paths to give each plane as many.
   uint16_t planes = 1;
-  uint32_t mtu = 4096;                 // payload bytes per data packet
+  uint32_t mtu = 4096;                       // payload bytes per data packet
   uint64_t path_rate_bps = 100'000'000'000;  // line rate per path: pacing ceiling, initial window
-  uint64_t inbound_capacity_bps = 0;   // receiver rate hint total; 0 = paths * path_rate_bps
+  uint64_t inbound_capacity_bps = 0;         // receiver rate hint total; 0 = paths * path_rate_bps
   // With several senders the rate hint hands out this fraction of the
   // inbound capacity, so that a queue built by the first RTT of an incast
   // drains instead of standing; a lone sender is given all of it.
@@ -53,8 +53,8 @@ struct EndpointConfig {
   // burst per wake-up (one batched submission) rather than one datagram.
   // Timestamps and timers stay honest. 0 = strict pacing (the simulator).
   Time pacing_burst_ns = 0;
-  uint32_t ack_every_packets = 4;      // ACK at least every this many data packets
-  Time ack_delay_ns = 0;               // or after this long; 0 = base RTT / 4
+  uint32_t ack_every_packets = 4;            // ACK at least every this many data packets
+  Time ack_delay_ns = 0;                     // or after this long; 0 = base RTT / 4
   uint32_t max_outstanding_messages = 1024;  // per stream, receive-side tracking bound
   CongestionConfig cc;
   // How datagrams are protected. Authenticate and encrypt need a pair key
@@ -77,9 +77,9 @@ inline constexpr Time kMaxRnrDelayNs = 655'360'000;
 struct QpConfig {
   uint32_t max_send_wr = 1024;
   uint32_t max_recv_wr = 1024;
-  uint8_t retry_cnt = 7;        // timeouts without progress before RETRY_EXC_ERR
-  uint8_t rnr_retry = 7;        // 7 = retry forever, as in verbs
-  Time timeout_ns = 0;          // transport timeout (verbs: 4.096us * 2^timeout); 0 = engine RTO
+  uint8_t retry_cnt = 7;  // timeouts without progress before RETRY_EXC_ERR
+  uint8_t rnr_retry = 7;  // 7 = retry forever, as in verbs
+  Time timeout_ns = 0;    // transport timeout (verbs: 4.096us * 2^timeout); 0 = engine RTO
   Time min_rnr_timer_ns = 10'000;
   uint32_t max_rd_atomic = 16;
   uint32_t max_dest_rd_atomic = 16;

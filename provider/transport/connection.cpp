@@ -200,7 +200,8 @@ uint16_t Connection::reply_path(Time now) {
   // The next path of the pool after the last reply's.
   const uint64_t after = reply_cursor_ + 1 >= 64 ? 0 : pool & ~((uint64_t{1} << (reply_cursor_ + 1)) - 1);
   reply_cursor_ = static_cast<uint16_t>(__builtin_ctzll(after != 0 ? after : pool));
-  if (reply_cursor_ < wire::kHeardPathBits && unheard_since_[reply_cursor_] == kNever) unheard_since_[reply_cursor_] = now;
+  if (reply_cursor_ < wire::kHeardPathBits && unheard_since_[reply_cursor_] == kNever)
+    unheard_since_[reply_cursor_] = now;
   return reply_cursor_;
 }
 
@@ -321,7 +322,10 @@ void Connection::on_data(Time now, const wire::Packet& p, bool ce_marked) {
   switch (verdict) {
     case Verdict::Placed: break;
     case Verdict::DuplicateChunk: ++counters.rx_duplicate_chunk; break;
-    case Verdict::DuplicateComplete: ++counters.rx_duplicate_completed; ack_now_ = true; break;
+    case Verdict::DuplicateComplete:
+      ++counters.rx_duplicate_completed;
+      ack_now_ = true;
+      break;
     case Verdict::OutOfWindow: ++counters.rx_drop_out_of_window; return;
     case Verdict::QpNotReady: ++counters.rx_drop_qp_state; return;
     case Verdict::ReceiverNotReady: ++counters.rx_drop_rnr; break;
@@ -357,10 +361,8 @@ void Connection::on_data(Time now, const wire::Packet& p, bool ce_marked) {
 
 void Connection::on_ack(Time now, const wire::Ack& ack) {
   ++endpoint_.counters_.rx_acks;
-  if (ack.rate_hint_mbps != 0 && ack.rate_hint_mbps < kMinRateHintMbps)
-    ++endpoint_.counters_.rx_ignored_rate_hint;
-  else
-    rate_hint_bps_ = uint64_t{ack.rate_hint_mbps} * 1'000'000;
+  if (ack.rate_hint_mbps != 0 && ack.rate_hint_mbps < kMinRateHintMbps) ++endpoint_.counters_.rx_ignored_rate_hint;
+  else rate_hint_bps_ = uint64_t{ack.rate_hint_mbps} * 1'000'000;
   for (uint8_t i = 0; i < ack.path_count; ++i) {
     const wire::PathSack& block = ack.paths[i];
     const Time holding = block.holding_ns != 0 ? block.holding_ns : ack.ack_delay_ns;
@@ -508,7 +510,8 @@ void Connection::queue_control(const Control& c) {
 
 Time Connection::retry_base() const {
   Time base = endpoint_.min_rto();
-  for (const SendPath& path : paths_) base = std::max(base, path.rtt.rto(endpoint_.min_rto(), endpoint_.config().max_rto_ns));
+  for (const SendPath& path : paths_)
+    base = std::max(base, path.rtt.rto(endpoint_.min_rto(), endpoint_.config().max_rto_ns));
   return base;
 }
 
@@ -560,7 +563,8 @@ void Connection::hand_over_window(const SendPath& leaving) {
   for (SendPath& path : paths_)
     if (&path != &leaving && path.health == PathHealth::Active && path.stats.plane == leaving.stats.plane)
       heirs.push_back(&path);
-  for (SendPath* heir : heirs) heir->cc.absorb(static_cast<double>(leaving.cc.window()) / static_cast<double>(heirs.size()));
+  for (SendPath* heir : heirs)
+    heir->cc.absorb(static_cast<double>(leaving.cc.window()) / static_cast<double>(heirs.size()));
 }
 
 bool Connection::last_active(const SendPath& path) const {

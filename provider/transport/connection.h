@@ -171,7 +171,7 @@ class Connection {
   bool path_has_room(const SendPath& path, uint32_t bytes) const;
   uint64_t connection_window() const;
   uint64_t inflight_bytes() const;
-  SendPath* pick_path(Time now, uint32_t bytes, int avoid) ;
+  SendPath* pick_path(Time now, uint32_t bytes, int avoid);
   // When poll_transmit may next send on the path (its paced time less the
   // burst allowance), and when next_wakeup() reports that.
   Time path_ready_time(const SendPath& path) const;
@@ -215,8 +215,8 @@ class Connection {
   };
   std::vector<Farewell> farewells_;
   bool farewell_due_ = false;
-  uint16_t rx_path_count_ = 0;   // highest path id the peer sent data on, + 1
-  uint16_t reply_cursor_ = 0;    // the path of the last reply
+  uint16_t rx_path_count_ = 0;  // highest path id the peer sent data on, + 1
+  uint16_t reply_cursor_ = 0;   // the path of the last reply
   uint32_t replies_ = 0;
   // Reverse-path feedback: the peer reports which of our paths it hears
   // (CommonHeader::heard_paths), and we report which of its paths we hear.

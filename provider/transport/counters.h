@@ -12,59 +12,59 @@ namespace metaroce::transport {
 // daemon report are all made from it. Every datagram the engine refuses
 // increments exactly one rx_drop_* counter; rx_ignored_* count control
 // information not believed (the packet's other contents still count).
-#define METAROCE_ENDPOINT_COUNTERS(X) \
-  X(rx_datagrams, "datagrams", "datagrams handed to the engine, refused ones included") \
-  X(rx_data_packets, "packets", "data packets a QP took up: placed, duplicate or refused with a NAK") \
-  X(rx_ce_marked, "packets", "data packets that arrived marked ECN CE") \
-  X(rx_drop_malformed, "datagrams", "failed wire decoding") \
-  X(rx_drop_integrity, "datagrams", "CRC32C mismatch or AES-GCM tag not genuine") \
-  X(rx_drop_security_mode, "datagrams", "protected in another security mode than ours") \
-  X(rx_drop_no_key, "datagrams", "authenticate/encrypt: no key for that peer") \
-  X(rx_drop_stale_epoch, "datagrams", "for a previous incarnation of us, or from a retired one of the peer") \
-  X(rx_drop_replay, "datagrams", "packet number already seen, too old or implausibly far ahead") \
-  X(rx_drop_unknown_peer, "datagrams", "no connection to the source address") \
-  X(rx_drop_unknown_qp, "datagrams", "dst_qpn not a QP connected to that peer") \
-  X(rx_drop_qp_state, "datagrams", "QP not in RTR/RTS (or in error)") \
-  X(rx_drop_out_of_window, "datagrams", "msn beyond the receive window") \
-  X(rx_drop_bad_request, "datagrams", "inconsistent placement info (NAK InvalidRequest sent)") \
-  X(rx_drop_access, "datagrams", "key/bounds/permission failure (NAK RemoteAccess sent)") \
-  X(rx_drop_rnr, "datagrams", "SEND without a posted receive (NAK RNR sent)") \
-  X(rx_drop_out_of_order, "datagrams", "rocev2 profile: dropped after a gap") \
-  X(rx_drop_stale_response, "datagrams", "response for no outstanding request") \
-  X(rx_drop_ud_unknown_qp, "datagrams", "UD datagram for no UD QP in RTR/RTS") \
-  X(rx_drop_ud_qkey, "datagrams", "UD datagram with another Q_Key than its QP's") \
-  X(rx_drop_ud_no_receive, "datagrams", "UD datagram that found no posted receive") \
-  X(rx_drop_ud_too_long, "datagrams", "UD message larger than the receive buffer (after its GRH)") \
-  X(rx_ud_delivered, "datagrams", "UD datagrams placed in a receive") \
-  X(rx_duplicate_completed, "packets", "packet of an already completed message: ACKed, discarded") \
-  X(rx_duplicate_chunk, "packets", "data packet whose chunk was already placed") \
-  X(rx_acks, "packets", "ACKs received") \
-  X(rx_naks, "packets", "NAKs received") \
-  X(tx_ud_datagrams, "datagrams", "UD datagrams sent") \
-  X(tx_data_packets, "packets", "data packets sent, including retransmissions") \
-  X(tx_data_bytes, "bytes", "payload bytes sent, including retransmissions") \
-  X(tx_retransmits, "packets", "data packets sent again") \
-  X(spurious_retransmits, "packets", "a packet declared lost was ACKed after all") \
-  X(tx_acks, "packets", "ACKs sent") \
-  X(tx_naks, "packets", "NAKs sent") \
-  X(tx_probes, "packets", "path probes sent") \
-  X(rto_expirations, "events", "retransmission timeouts of a path") \
-  X(path_failures, "events", "paths declared failed") \
-  X(path_recoveries, "events", "paths that answered a probe and carry data again") \
-  X(plane_drains, "events", "paths drained because their plane went down") \
-  X(go_back_n, "events", "rocev2 profile: rewinds") \
-  X(atomics_executed, "operations", "atomic operations executed on this host's memory for peers") \
-  X(atomic_replays, "operations", "duplicate atomic answered from the result cache") \
-  X(placed_bytes, "bytes", "bytes written to application memory for peers") \
-  X(peer_restarts, "events", "a peer came back as a new incarnation") \
-  X(tx_drop_no_key, "datagrams", "authenticate/encrypt: datagram not sent, no key for the peer") \
-  X(rx_ignored_ack_block, "events", "SACK block for packets never sent on that path") \
-  X(rx_ignored_stream_ack, "events", "completion claimed for a message not posted or not sent in full") \
-  X(rx_ignored_nak, "packets", "NAK for no outstanding attempt of a sent message") \
-  X(rx_ignored_rate_hint, "packets", "receiver rate hint below 10 Mb/s") \
-  X(rx_drop_path_jump, "datagrams", "path_seq implausibly far beyond the path's highest") \
+#define METAROCE_ENDPOINT_COUNTERS(X)                                                                           \
+  X(rx_datagrams, "datagrams", "datagrams handed to the engine, refused ones included")                         \
+  X(rx_data_packets, "packets", "data packets a QP took up: placed, duplicate or refused with a NAK")           \
+  X(rx_ce_marked, "packets", "data packets that arrived marked ECN CE")                                         \
+  X(rx_drop_malformed, "datagrams", "failed wire decoding")                                                     \
+  X(rx_drop_integrity, "datagrams", "CRC32C mismatch or AES-GCM tag not genuine")                               \
+  X(rx_drop_security_mode, "datagrams", "protected in another security mode than ours")                         \
+  X(rx_drop_no_key, "datagrams", "authenticate/encrypt: no key for that peer")                                  \
+  X(rx_drop_stale_epoch, "datagrams", "for a previous incarnation of us, or from a retired one of the peer")    \
+  X(rx_drop_replay, "datagrams", "packet number already seen, too old or implausibly far ahead")                \
+  X(rx_drop_unknown_peer, "datagrams", "no connection to the source address")                                   \
+  X(rx_drop_unknown_qp, "datagrams", "dst_qpn not a QP connected to that peer")                                 \
+  X(rx_drop_qp_state, "datagrams", "QP not in RTR/RTS (or in error)")                                           \
+  X(rx_drop_out_of_window, "datagrams", "msn beyond the receive window")                                        \
+  X(rx_drop_bad_request, "datagrams", "inconsistent placement info (NAK InvalidRequest sent)")                  \
+  X(rx_drop_access, "datagrams", "key/bounds/permission failure (NAK RemoteAccess sent)")                       \
+  X(rx_drop_rnr, "datagrams", "SEND without a posted receive (NAK RNR sent)")                                   \
+  X(rx_drop_out_of_order, "datagrams", "rocev2 profile: dropped after a gap")                                   \
+  X(rx_drop_stale_response, "datagrams", "response for no outstanding request")                                 \
+  X(rx_drop_ud_unknown_qp, "datagrams", "UD datagram for no UD QP in RTR/RTS")                                  \
+  X(rx_drop_ud_qkey, "datagrams", "UD datagram with another Q_Key than its QP's")                               \
+  X(rx_drop_ud_no_receive, "datagrams", "UD datagram that found no posted receive")                             \
+  X(rx_drop_ud_too_long, "datagrams", "UD message larger than the receive buffer (after its GRH)")              \
+  X(rx_ud_delivered, "datagrams", "UD datagrams placed in a receive")                                           \
+  X(rx_duplicate_completed, "packets", "packet of an already completed message: ACKed, discarded")              \
+  X(rx_duplicate_chunk, "packets", "data packet whose chunk was already placed")                                \
+  X(rx_acks, "packets", "ACKs received")                                                                        \
+  X(rx_naks, "packets", "NAKs received")                                                                        \
+  X(tx_ud_datagrams, "datagrams", "UD datagrams sent")                                                          \
+  X(tx_data_packets, "packets", "data packets sent, including retransmissions")                                 \
+  X(tx_data_bytes, "bytes", "payload bytes sent, including retransmissions")                                    \
+  X(tx_retransmits, "packets", "data packets sent again")                                                       \
+  X(spurious_retransmits, "packets", "a packet declared lost was ACKed after all")                              \
+  X(tx_acks, "packets", "ACKs sent")                                                                            \
+  X(tx_naks, "packets", "NAKs sent")                                                                            \
+  X(tx_probes, "packets", "path probes sent")                                                                   \
+  X(rto_expirations, "events", "retransmission timeouts of a path")                                             \
+  X(path_failures, "events", "paths declared failed")                                                           \
+  X(path_recoveries, "events", "paths that answered a probe and carry data again")                              \
+  X(plane_drains, "events", "paths drained because their plane went down")                                      \
+  X(go_back_n, "events", "rocev2 profile: rewinds")                                                             \
+  X(atomics_executed, "operations", "atomic operations executed on this host's memory for peers")               \
+  X(atomic_replays, "operations", "duplicate atomic answered from the result cache")                            \
+  X(placed_bytes, "bytes", "bytes written to application memory for peers")                                     \
+  X(peer_restarts, "events", "a peer came back as a new incarnation")                                           \
+  X(tx_drop_no_key, "datagrams", "authenticate/encrypt: datagram not sent, no key for the peer")                \
+  X(rx_ignored_ack_block, "events", "SACK block for packets never sent on that path")                           \
+  X(rx_ignored_stream_ack, "events", "completion claimed for a message not posted or not sent in full")         \
+  X(rx_ignored_nak, "packets", "NAK for no outstanding attempt of a sent message")                              \
+  X(rx_ignored_rate_hint, "packets", "receiver rate hint below 10 Mb/s")                                        \
+  X(rx_drop_path_jump, "datagrams", "path_seq implausibly far beyond the path's highest")                       \
   X(rd_atomic_limit_refusals, "packets", "READ/atomic beyond max_dest_rd_atomic (also an rx_drop_bad_request)") \
-  X(tx_control_dropped, "packets", "NAK or probe reply not queued: the control queue was full") \
+  X(tx_control_dropped, "packets", "NAK or probe reply not queued: the control queue was full")                 \
   X(tx_psn_fillers, "packets", "rocev2 profile: go-back-N sent a PSN filler for a packet it could not rebuild")
 
 struct EndpointCounters {

@@ -7,8 +7,7 @@
 namespace metaroce::transport {
 namespace {
 
-constexpr uint32_t kKnownAccess =
-    kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+constexpr uint32_t kKnownAccess = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
 
 constexpr uint32_t kIndexBits = 20;
 constexpr uint32_t kIndexMask = (1u << kIndexBits) - 1;
@@ -28,13 +27,11 @@ bool range_inside(const MemoryRegion& mr, uint64_t addr, uint64_t length) {
 
 uint32_t MemoryRegistry::next_random() { return static_cast<uint32_t>(rng_.next()); }
 
-std::optional<uint32_t> MemoryRegistry::register_region(uint32_t pd, uint64_t addr, uint64_t length,
-                                                        uint32_t access) {
+std::optional<uint32_t> MemoryRegistry::register_region(uint32_t pd, uint64_t addr, uint64_t length, uint32_t access) {
   if ((access & ~kKnownAccess) != 0) return std::nullopt;
   if (addr + length < addr) return std::nullopt;
   // Verbs requires local write whenever remote write or atomic is granted.
-  if ((access & (kAccessRemoteWrite | kAccessRemoteAtomic)) && !(access & kAccessLocalWrite))
-    return std::nullopt;
+  if ((access & (kAccessRemoteWrite | kAccessRemoteAtomic)) && !(access & kAccessLocalWrite)) return std::nullopt;
   uint32_t index;
   if (!free_.empty() && (free_.size() >= kQuarantine || slots_.size() >= kMaxSlots)) {
     index = free_.front();
@@ -130,15 +127,13 @@ bool walk_sges(std::span<const Sge> sges, uint64_t offset, uint64_t length, Copy
 }  // namespace
 
 bool scatter_to_sges(std::span<const Sge> sges, uint64_t offset, std::span<const uint8_t> data) {
-  return walk_sges(sges, offset, data.size(), [&](uint8_t* dst, uint64_t at, uint64_t n) {
-    std::memcpy(dst, data.data() + at, n);
-  });
+  return walk_sges(sges, offset, data.size(),
+                   [&](uint8_t* dst, uint64_t at, uint64_t n) { std::memcpy(dst, data.data() + at, n); });
 }
 
 bool gather_from_sges(std::span<const Sge> sges, uint64_t offset, std::span<uint8_t> out) {
-  return walk_sges(sges, offset, out.size(), [&](uint8_t* src, uint64_t at, uint64_t n) {
-    std::memcpy(out.data() + at, src, n);
-  });
+  return walk_sges(sges, offset, out.size(),
+                   [&](uint8_t* src, uint64_t at, uint64_t n) { std::memcpy(out.data() + at, src, n); });
 }
 
 }  // namespace metaroce::transport

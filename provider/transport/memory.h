@@ -48,11 +48,9 @@ class MemoryRegistry {
   size_t size() const { return live_; }
 
   // A peer's access to [addr, addr+length) with `required` (kAccessRemote*).
-  AccessCheck check_remote(uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t length,
-                           uint32_t required) const;
+  AccessCheck check_remote(uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t length, uint32_t required) const;
   // A local work request's buffer; need_write asks for kAccessLocalWrite.
-  AccessCheck check_local(uint32_t lkey, uint32_t pd, uint64_t addr, uint64_t length,
-                          bool need_write) const;
+  AccessCheck check_local(uint32_t lkey, uint32_t pd, uint64_t addr, uint64_t length, bool need_write) const;
   AccessCheck check_sges(std::span<const Sge> sges, uint32_t pd, bool need_write) const;
 
  private:

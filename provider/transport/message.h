@@ -96,13 +96,13 @@ struct OutboundMessage {
   bool fence = false;
   WcOpcode wc_opcode = WcOpcode::Send;
   WcStatus status = WcStatus::Success;
-  bool done = false;            // finished (successfully or not); completes in order
-  ChunkSet response_received;   // READ: response chunks placed
+  bool done = false;           // finished (successfully or not); completes in order
+  ChunkSet response_received;  // READ: response chunks placed
   bool rnr_wait = false;
   bool holds_rd_atomic = false;  // counts against max_rd_atomic while outstanding
   Time rnr_resend_at = kNever;
   uint32_t rnr_naks = 0;
-  uint32_t stall_probes = 0;    // tail probes sent since the last progress
+  uint32_t stall_probes = 0;  // tail probes sent since the last progress
 
   bool all_sent() const { return next_chunk >= chunks; }
   bool needs_response() const { return wire::needs_response(opcode); }

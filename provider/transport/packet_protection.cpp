@@ -16,8 +16,8 @@ namespace {
 
 constexpr char kTrafficInfo[] = "metaroce v2 traffic";
 
-bool run_hkdf(int mode, std::span<const uint8_t> salt, std::span<const uint8_t> key,
-              std::span<const uint8_t> info, std::span<uint8_t> out) {
+bool run_hkdf(int mode, std::span<const uint8_t> salt, std::span<const uint8_t> key, std::span<const uint8_t> info,
+              std::span<uint8_t> out) {
   EVP_KDF* kdf = EVP_KDF_fetch(nullptr, "HKDF", nullptr);
   if (!kdf) return false;
   EVP_KDF_CTX* ctx = EVP_KDF_CTX_new(kdf);
@@ -31,7 +31,8 @@ bool run_hkdf(int mode, std::span<const uint8_t> salt, std::span<const uint8_t> 
   params[n++] = OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, const_cast<uint8_t*>(key.data()), key.size());
   params[n++] = OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, const_cast<uint8_t*>(info.data()), info.size());
   if (!salt.empty())
-    params[n++] = OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, const_cast<uint8_t*>(salt.data()), salt.size());
+    params[n++] =
+        OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, const_cast<uint8_t*>(salt.data()), salt.size());
   params[n] = OSSL_PARAM_construct_end();
   const bool ok = EVP_KDF_derive(ctx, out.data(), out.size(), params) == 1;
   EVP_KDF_CTX_free(ctx);

@@ -32,8 +32,8 @@ void PathCongestion::shrink(Time now, double factor) {
   ++decreases_;
 }
 
-void PathCongestion::on_ack(Time now, uint32_t acked_bytes, uint32_t acked_packets,
-                            uint32_t marked_packets, Time rtt_sample, Time min_rtt, Time srtt) {
+void PathCongestion::on_ack(Time now, uint32_t acked_bytes, uint32_t acked_packets, uint32_t marked_packets,
+                            Time rtt_sample, Time min_rtt, Time srtt) {
   observed_packets_ += acked_packets;
   observed_marks_ += std::min(marked_packets, acked_packets);
   const bool once_per_rtt_ok = !decreased_once_ || now - last_decrease_ >= srtt;
@@ -47,8 +47,7 @@ void PathCongestion::on_ack(Time now, uint32_t acked_bytes, uint32_t acked_packe
     observation_end_ = now + srtt;
   }
 
-  const bool delayed = rtt_sample != 0 && min_rtt != kNever &&
-                       rtt_sample > min_rtt + params_.target_queue_delay_ns;
+  const bool delayed = rtt_sample != 0 && min_rtt != kNever && rtt_sample > min_rtt + params_.target_queue_delay_ns;
   if (delayed && (!decreased_once_ || now - last_decrease_ >= srtt)) {
     shrink(now, params_.delay_backoff);
   } else if (marked_packets == 0 && !delayed && window_ > 0) {

@@ -27,8 +27,8 @@ class PathCongestion {
 
   // acked_*: newly acknowledged by one ACK; marked_packets: CE marks the
   // receiver reported since the previous ACK of this path.
-  void on_ack(Time now, uint32_t acked_bytes, uint32_t acked_packets, uint32_t marked_packets,
-              Time rtt_sample, Time min_rtt, Time srtt);
+  void on_ack(Time now, uint32_t acked_bytes, uint32_t acked_packets, uint32_t marked_packets, Time rtt_sample,
+              Time min_rtt, Time srtt);
   void reset();
   void set_params(const CongestionParams& params);
   // Takes over `bytes` of window from a path that stopped carrying data

@@ -10,8 +10,8 @@
 
 namespace metaroce::transport {
 
-QueuePair::QueuePair(Endpoint& endpoint, uint32_t qpn, uint32_t pd, uint32_t send_cq,
-                     uint32_t recv_cq, const QpConfig& config, SharedReceiveQueue* srq)
+QueuePair::QueuePair(Endpoint& endpoint, uint32_t qpn, uint32_t pd, uint32_t send_cq, uint32_t recv_cq,
+                     const QpConfig& config, SharedReceiveQueue* srq)
     : QueuePairCommon(endpoint, qpn, pd, send_cq, recv_cq, srq), config_(config) {}
 
 uint32_t QueuePair::mtu() const {

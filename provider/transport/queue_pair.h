@@ -49,8 +49,8 @@ inline Verdict verdict_of(const RequestFailure& failure) {
 class QueuePair final : public QueuePairCommon {
  public:
   // With `srq`, receives come from that shared receive queue, not post_recv.
-  QueuePair(Endpoint& endpoint, uint32_t qpn, uint32_t pd, uint32_t send_cq, uint32_t recv_cq,
-            const QpConfig& config, SharedReceiveQueue* srq = nullptr);
+  QueuePair(Endpoint& endpoint, uint32_t qpn, uint32_t pd, uint32_t send_cq, uint32_t recv_cq, const QpConfig& config,
+            SharedReceiveQueue* srq = nullptr);
 
   const QpConfig& config() const { return config_; }
   uint32_t remote_qpn() const { return remote_qpn_; }
@@ -194,7 +194,7 @@ class QueuePair final : public QueuePairCommon {
   // after on_timer), so that the timer paths skip the queue in the common
   // case where no RNR NAK is pending.
   uint32_t rnr_waiting_ = 0;
-  size_t send_cursor_ = 0;                  // first message with unsent chunks
+  size_t send_cursor_ = 0;  // first message with unsent chunks
   uint32_t next_msn_ = 1;
   uint32_t next_recv_index_ = 0;
   uint32_t reads_atomics_in_flight_ = 0;
@@ -204,8 +204,8 @@ class QueuePair final : public QueuePairCommon {
   // Responder. recv_queue_[i] is the WQE of receive ordinal recv_consumed_ + i.
   uint32_t recv_consumed_ = 0;  // receive WQEs completed so far
   uint32_t completed_msn_ = 0;
-  std::map<uint32_t, InboundMessage> inbound_;      // msn > completed_msn_
-  std::map<uint32_t, OutboundMessage> responses_;   // owed READ/atomic responses
+  std::map<uint32_t, InboundMessage> inbound_;                // msn > completed_msn_
+  std::map<uint32_t, OutboundMessage> responses_;             // owed READ/atomic responses
   std::deque<std::pair<uint32_t, uint64_t>> atomic_results_;  // (msn, original), newest last
   bool ack_dirty_ = false;
   // Last (msn, attempt) NAKed for RNR, to send one NAK per attempt.

@@ -36,14 +36,28 @@ PostResult QueuePair::post_send(const SendWr& wr) {
   m.sg = wr.sg;
   bool local_write = false;
   switch (wr.opcode) {
-    case WrOpcode::Send: m.opcode = wire::Opcode::Send; m.wc_opcode = WcOpcode::Send; break;
+    case WrOpcode::Send:
+      m.opcode = wire::Opcode::Send;
+      m.wc_opcode = WcOpcode::Send;
+      break;
     case WrOpcode::SendWithImm:
-      m.opcode = wire::Opcode::SendImm; m.wc_opcode = WcOpcode::Send; m.imm = wr.imm; break;
-    case WrOpcode::RdmaWrite: m.opcode = wire::Opcode::Write; m.wc_opcode = WcOpcode::RdmaWrite; break;
+      m.opcode = wire::Opcode::SendImm;
+      m.wc_opcode = WcOpcode::Send;
+      m.imm = wr.imm;
+      break;
+    case WrOpcode::RdmaWrite:
+      m.opcode = wire::Opcode::Write;
+      m.wc_opcode = WcOpcode::RdmaWrite;
+      break;
     case WrOpcode::RdmaWriteWithImm:
-      m.opcode = wire::Opcode::WriteImm; m.wc_opcode = WcOpcode::RdmaWrite; m.imm = wr.imm; break;
+      m.opcode = wire::Opcode::WriteImm;
+      m.wc_opcode = WcOpcode::RdmaWrite;
+      m.imm = wr.imm;
+      break;
     case WrOpcode::RdmaRead:
-      m.opcode = wire::Opcode::ReadRequest; m.wc_opcode = WcOpcode::RdmaRead; local_write = true;
+      m.opcode = wire::Opcode::ReadRequest;
+      m.wc_opcode = WcOpcode::RdmaRead;
+      local_write = true;
       break;
     case WrOpcode::FetchAdd:
     case WrOpcode::CompareSwap:
@@ -55,8 +69,7 @@ PostResult QueuePair::post_send(const SendWr& wr) {
       break;
     default: return PostResult::InvalidArgument;
   }
-  if (wr.inline_data && (local_write || m.opcode == wire::Opcode::ReadRequest))
-    return PostResult::InvalidArgument;
+  if (wr.inline_data && (local_write || m.opcode == wire::Opcode::ReadRequest)) return PostResult::InvalidArgument;
 
   if (state_ == QpState::Error) {
     m.done = true;
@@ -134,8 +147,7 @@ bool QueuePair::has_new_chunks() const {
     if (m.rnr_wait) return false;
     if (!m.all_sent()) {
       if (held(i)) return false;
-      return !(m.needs_response() && !m.holds_rd_atomic &&
-               reads_atomics_in_flight_ >= config_.max_rd_atomic);
+      return !(m.needs_response() && !m.holds_rd_atomic && reads_atomics_in_flight_ >= config_.max_rd_atomic);
     }
   }
   return false;
@@ -205,18 +217,17 @@ size_t QueuePair::build_packet(const ChunkRef& ref, wire::Origin origin, uint32_
   h.rkey = m->rkey;
   h.imm = m->imm;
   if (h.offset + payload == m->length || payload == 0) h.flags |= wire::kFlagAckRequest;
-  const size_t header = wire::encode_data(
-      out, origin, h, m->opcode == wire::Opcode::ReadRequest ? &m->read : nullptr,
-      wire::is_atomic(m->opcode) ? &m->atomic : nullptr,
-      m->opcode == wire::Opcode::AtomicResponse ? &m->atomic_original : nullptr, payload);
+  const size_t header =
+      wire::encode_data(out, origin, h, m->opcode == wire::Opcode::ReadRequest ? &m->read : nullptr,
+                        wire::is_atomic(m->opcode) ? &m->atomic : nullptr,
+                        m->opcode == wire::Opcode::AtomicResponse ? &m->atomic_original : nullptr, payload);
   if (header == 0) return 0;
   const std::span<uint8_t> body = out.subspan(header, payload);
   if (payload > 0) {
     if (m->uses_owned) {
       std::memcpy(body.data(), m->owned.data() + h.offset, payload);
     } else if (m->uses_source_addr) {
-      std::memcpy(body.data(),
-                  reinterpret_cast<const void*>(static_cast<uintptr_t>(m->source_addr + h.offset)),
+      std::memcpy(body.data(), reinterpret_cast<const void*>(static_cast<uintptr_t>(m->source_addr + h.offset)),
                   payload);
     } else if (!gather_from_sges(sges_of(*m), h.offset, body)) {
       return 0;

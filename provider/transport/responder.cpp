@@ -45,8 +45,8 @@ bool QueuePair::source_readable(const ChunkRef& ref) const {
   if (bytes == 0) return true;
   const uint64_t offset = uint64_t{ref.chunk} * mtu();
   if (m->uses_source_addr)
-    return endpoint_.memory().check_remote(m->source_rkey, pd_, m->source_addr + offset, bytes,
-                                           kAccessRemoteRead) == AccessCheck::Ok;
+    return endpoint_.memory().check_remote(m->source_rkey, pd_, m->source_addr + offset, bytes, kAccessRemoteRead) ==
+           AccessCheck::Ok;
   return endpoint_.memory().check_sges(sges_of(*m), pd_, false) == AccessCheck::Ok;
 }
 
@@ -209,11 +209,11 @@ void QueuePair::write_chunk(uint32_t msn, uint64_t dest, std::span<const uint8_t
       std::memcpy(reinterpret_cast<void*>(static_cast<uintptr_t>(at)), payload.data() + (at - dest), skip_begin - at);
     at = std::max(at, skip_end);
   }
-  if (at < end) std::memcpy(reinterpret_cast<void*>(static_cast<uintptr_t>(at)), payload.data() + (at - dest), end - at);
+  if (at < end)
+    std::memcpy(reinterpret_cast<void*>(static_cast<uintptr_t>(at)), payload.data() + (at - dest), end - at);
 }
 
-std::optional<RequestFailure> QueuePair::place_request_chunk(const wire::Packet& p, InboundMessage& m,
-                                                             uint32_t chunk) {
+std::optional<RequestFailure> QueuePair::place_request_chunk(const wire::Packet& p, InboundMessage& m, uint32_t chunk) {
   const wire::DataHeader& h = p.data;
   if (!p.payload.empty()) {
     if (h.opcode == wire::Opcode::Write || h.opcode == wire::Opcode::WriteImm) {

@@ -40,9 +40,7 @@ class RttEstimator {
   // kNever until the first sample.
   Time min_rtt() const { return min_rtt_; }
   bool has_sample() const { return has_sample_; }
-  Time rto(Time min_rto, Time max_rto) const {
-    return std::clamp(srtt_ + 4 * rttvar_, min_rto, max_rto);
-  }
+  Time rto(Time min_rto, Time max_rto) const { return std::clamp(srtt_ + 4 * rttvar_, min_rto, max_rto); }
 
  private:
   Time srtt_ = 0;

@@ -90,10 +90,10 @@ struct SendWr {
   bool fence = false;        // IBV_SEND_FENCE: starts only once every earlier READ and atomic completed
   uint32_t num_sge = 0;
   std::array<Sge, kMaxSge> sg{};
-  uint32_t imm = 0;           // host order
-  uint64_t remote_addr = 0;   // RDMA and atomics
+  uint32_t imm = 0;          // host order
+  uint64_t remote_addr = 0;  // RDMA and atomics
   uint32_t rkey = 0;
-  uint64_t compare_add = 0;   // atomics
+  uint64_t compare_add = 0;  // atomics
   uint64_t swap = 0;
 };
 

@@ -50,15 +50,11 @@ void store_common(std::span<uint8_t> out, PacketType type, Origin origin) {
 // Size of the opcode-specific extension between the data header and the payload.
 size_t extension_bytes(Opcode op) {
   switch (op) {
-    case Opcode::ReadRequest:
-      return sizeof(ReadRequestWire);
+    case Opcode::ReadRequest: return sizeof(ReadRequestWire);
     case Opcode::FetchAdd:
-    case Opcode::CompareSwap:
-      return sizeof(AtomicRequestWire);
-    case Opcode::AtomicResponse:
-      return sizeof(AtomicResponseWire);
-    default:
-      return 0;
+    case Opcode::CompareSwap: return sizeof(AtomicRequestWire);
+    case Opcode::AtomicResponse: return sizeof(AtomicResponseWire);
+    default: return 0;
   }
 }
 
@@ -120,8 +116,7 @@ DecodeStatus decode_data(std::span<const uint8_t> in, Packet& out) {
       out.atomic_original = from_be64(a.original);
       break;
     }
-    default:
-      break;
+    default: break;
   }
 
   if (has_atomic_body(op) && (h.msg_length != 8 || h.offset != 0)) return DecodeStatus::BadLength;
@@ -297,8 +292,7 @@ DecodeStatus decode_common(std::span<const uint8_t> datagram, CommonHeader& out)
   if (datagram.size() < kCommonHeaderBytes) return DecodeStatus::Truncated;
   const auto c = load<CommonHeaderWire>(datagram, 0);
   if (c.version != kVersion) return DecodeStatus::BadVersion;
-  if (c.type < static_cast<uint8_t>(PacketType::Data) ||
-      c.type > static_cast<uint8_t>(PacketType::UdSend)) {
+  if (c.type < static_cast<uint8_t>(PacketType::Data) || c.type > static_cast<uint8_t>(PacketType::UdSend)) {
     return DecodeStatus::BadType;
   }
   if (c.security >= kSecurityCount) return DecodeStatus::BadSecurity;
@@ -353,9 +347,8 @@ size_t encode_ud(std::span<uint8_t> out, Origin origin, const UdHeader& header, 
 
 size_t data_header_bytes(Opcode opcode) { return kDataHeaderBytes + extension_bytes(opcode); }
 
-size_t encode_data(std::span<uint8_t> out, Origin origin, const DataHeader& header,
-                   const ReadRequest* read, const AtomicRequest* atomic,
-                   const uint64_t* atomic_original, size_t payload_bytes) {
+size_t encode_data(std::span<uint8_t> out, Origin origin, const DataHeader& header, const ReadRequest* read,
+                   const AtomicRequest* atomic, const uint64_t* atomic_original, size_t payload_bytes) {
   const Opcode op = header.opcode;
   if (static_cast<uint8_t>(op) >= kOpcodeCount) return 0;
   const size_t hdr = data_header_bytes(op);
@@ -407,16 +400,14 @@ size_t encode_data(std::span<uint8_t> out, Origin origin, const DataHeader& head
       store(out, kDataHeaderBytes, a);
       break;
     }
-    default:
-      break;
+    default: break;
   }
   return hdr;
 }
 
 size_t encode_ack(std::span<uint8_t> out, Origin origin, const Ack& ack) {
   if (ack.path_count > kMaxAckPathBlocks || ack.stream_count > kMaxAckStreams) return 0;
-  const size_t total = kCommonHeaderBytes + sizeof(AckHeaderWire) +
-                       size_t{ack.path_count} * sizeof(PathSackWire) +
+  const size_t total = kCommonHeaderBytes + sizeof(AckHeaderWire) + size_t{ack.path_count} * sizeof(PathSackWire) +
                        size_t{ack.stream_count} * sizeof(StreamAckWire);
   if (out.size() < total) return 0;
 

@@ -73,9 +73,9 @@ void Context::on_async_event(const transport::AsyncEvent& event) {
       if (it == qps.end()) return;
       Qp* qp = it->second;
       qp->events.written.fetch_add(1, std::memory_order_acq_rel);
-      post_async_event(reinterpret_cast<uintptr_t>(&qp->vqp.qp),
-                       event.kind == transport::AsyncEventKind::QpFatal ? IBV_EVENT_QP_FATAL
-                                                                        : IBV_EVENT_QP_LAST_WQE_REACHED);
+      post_async_event(reinterpret_cast<uintptr_t>(&qp->vqp.qp), event.kind == transport::AsyncEventKind::QpFatal
+                                                                     ? IBV_EVENT_QP_FATAL
+                                                                     : IBV_EVENT_QP_LAST_WQE_REACHED);
       return;
     }
     case transport::AsyncEventKind::SrqLimitReached: {

@@ -7,9 +7,9 @@
 // takes cq_handle as the struct ibv_cq *; the completion listener writes
 // exactly that when an armed CQ gets a completion. As the kernel does,
 // destroying a CQ takes its events that nobody has read out of the channel
-// (discard_cq_events): ibv_get_cq_event() never returns a destroyed CQ. ibv_create_comp_channel()/ibv_destroy_comp_channel() of
-// libibverbs go to the kernel, so libmetaroce-preload.so routes them here
-// for MetaRoCE contexts.
+// (discard_cq_events): ibv_get_cq_event() never returns a destroyed CQ.
+// ibv_create_comp_channel()/ibv_destroy_comp_channel() of libibverbs go to the kernel, so libmetaroce-preload.so routes
+// them here for MetaRoCE contexts.
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>

@@ -63,12 +63,10 @@ const verbs_context_ops kContextOps = [] {
   return ops;
 }();
 
-
 }  // namespace
 
 Context* context_of(ibv_context* context) {
-  auto* vctx = reinterpret_cast<verbs_context*>(reinterpret_cast<char*>(context) -
-                                                offsetof(verbs_context, context));
+  auto* vctx = reinterpret_cast<verbs_context*>(reinterpret_cast<char*>(context) - offsetof(verbs_context, context));
   return reinterpret_cast<ContextAlloc*>(vctx)->impl;
 }
 
@@ -137,8 +135,7 @@ bool Context::route_peer(transport::PeerId peer, const sockaddr_storage& address
 verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data) {
   Device* dev = device_of(device);
   Options o;
-  if (!dev || !options_from_env(o) ||
-      !apply_dv_options(o, static_cast<const metaroce_dv_options*>(private_data))) {
+  if (!dev || !options_from_env(o) || !apply_dv_options(o, static_cast<const metaroce_dv_options*>(private_data))) {
     if (cmd_fd >= 0) ::close(cmd_fd);
     errno = EINVAL;
     return nullptr;
@@ -163,19 +160,18 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
     cmd.drv.abi_version = METAROCE_ABI_VERSION;
     int err = ibv_cmd_get_context(&alloc->vctx, &cmd.ibv, sizeof cmd,
                                   reinterpret_cast<ib_uverbs_get_context_resp*>(resp.ibv), sizeof resp);
-    if (!err && (resp.drv.abi_version != METAROCE_ABI_VERSION ||
-                 resp.drv.port_slot < METAROCE_SLOT_MIN || resp.drv.port_slot > METAROCE_SLOT_MAX ||
-                 resp.drv.qpn_index_bits != kQpIndexBits)) {
-      std::fprintf(stderr, "metaroce: %s: unexpected kernel answer (ABI %u, slot %u)\n",
-                   dev->name.c_str(), resp.drv.abi_version, resp.drv.port_slot);
+    if (!err && (resp.drv.abi_version != METAROCE_ABI_VERSION || resp.drv.port_slot < METAROCE_SLOT_MIN ||
+                 resp.drv.port_slot > METAROCE_SLOT_MAX || resp.drv.qpn_index_bits != kQpIndexBits)) {
+      std::fprintf(stderr, "metaroce: %s: unexpected kernel answer (ABI %u, slot %u)\n", dev->name.c_str(),
+                   resp.drv.abi_version, resp.drv.port_slot);
       err = EPROTO;
     }
     if (!err) {
       dev->guid_be = resp.drv.node_guid;
       if (!resolve_kernel_device(*dev)) {
         err = errno;
-        std::fprintf(stderr, "metaroce: %s: netdev '%s' has no address in this network namespace\n",
-                     dev->name.c_str(), dev->netdev.c_str());
+        std::fprintf(stderr, "metaroce: %s: netdev '%s' has no address in this network namespace\n", dev->name.c_str(),
+                     dev->netdev.c_str());
       }
     }
     if (err) {
@@ -191,8 +187,7 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
   auto impl = std::make_unique<Context>();
   impl->device = dev;
   impl->vctx = &alloc->vctx;
-  if (o.mtu == 0)
-    o.mtu = metaroce_payload_for_link_mtu(netdev_mtu(dev->ifindex), dev->address.ss_family == AF_INET6);
+  if (o.mtu == 0) o.mtu = metaroce_payload_for_link_mtu(netdev_mtu(dev->ifindex), dev->address.ss_family == AF_INET6);
   impl->mtu = std::clamp<uint32_t>(o.mtu, 256, 65000);
   impl->active_mtu = static_cast<ibv_mtu>(metaroce_ib_mtu_not_above(impl->mtu));
   impl->profile = o.profile;
@@ -242,15 +237,13 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
   return &alloc->vctx;
 }
 
-
 void free_context(ibv_context* context) {
-  auto* alloc = reinterpret_cast<ContextAlloc*>(reinterpret_cast<char*>(context) -
-                                                offsetof(verbs_context, context));
+  auto* alloc = reinterpret_cast<ContextAlloc*>(reinterpret_cast<char*>(context) - offsetof(verbs_context, context));
   Context* impl = alloc->impl;
   dump_stats(*impl);
   unwatch_at_exit(impl->runtime.get());
-  impl->daemon.reset();   // its thread uses the runtime
-  impl->runtime.reset();  // stops the progress thread first
+  impl->daemon.reset();         // its thread uses the runtime
+  impl->runtime.reset();        // stops the progress thread first
   impl->kernel_events.reset();  // writes to async_write_fd
   if (impl->async_write_fd >= 0) ::close(impl->async_write_fd);
   free_event_objects(*impl);
@@ -260,4 +253,3 @@ void free_context(ibv_context* context) {
 }
 
 }  // namespace metaroce::verbs
-

@@ -112,8 +112,7 @@ bool apply_dv_options(Options& o, const metaroce_dv_options* dv) {
     o.test_loss = dv->test_loss;
   }
   if (dv->comp_mask & METAROCE_DV_OPT_HOME_PORT) {
-    if (dv->home_port != 0 &&
-        (dv->home_port < kHomePortBase || dv->home_port >= kHomePortBase + kHomePortCount))
+    if (dv->home_port != 0 && (dv->home_port < kHomePortBase || dv->home_port >= kHomePortBase + kHomePortCount))
       return false;
     o.home_port = dv->home_port;
   }

@@ -14,7 +14,7 @@ namespace metaroce::verbs {
 struct Options {
   uint16_t paths = 4;
   bool paths_explicit = false;  // set by METAROCE_PATHS or the dv options, else metaroced's choice
-  uint32_t mtu = 0;  // payload bytes per packet; 0 = what fits the netdev's MTU
+  uint32_t mtu = 0;             // payload bytes per packet; 0 = what fits the netdev's MTU
   transport::Profile profile = transport::Profile::MetaRoCE;
   double test_loss = 0;
   uint64_t test_seed = 0;  // 0: derived from the home port

@@ -115,8 +115,7 @@ uint8_t read_sl(ibv_cq_ex*) { return 0; }
 uint8_t read_dlid_path_bits(ibv_cq_ex*) { return 0; }
 
 Cq* create(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_vector) {
-  if (cqe < 1 || static_cast<uint32_t>(cqe) > kMaxCqe || comp_vector < 0 ||
-      comp_vector >= context->num_comp_vectors) {
+  if (cqe < 1 || static_cast<uint32_t>(cqe) > kMaxCqe || comp_vector < 0 || comp_vector >= context->num_comp_vectors) {
     errno = EINVAL;
     return nullptr;
   }

@@ -238,7 +238,8 @@ std::optional<PeerKey> DaemonClient::peer_key(uint16_t home_port, const sockaddr
   }
   PeerKey k;
   const std::string hex = m->body["key"].get<std::string>();
-  for (size_t i = 0; i < k.key.size(); ++i) k.key[i] = static_cast<uint8_t>(std::stoul(hex.substr(2 * i, 2), nullptr, 16));
+  for (size_t i = 0; i < k.key.size(); ++i)
+    k.key[i] = static_cast<uint8_t>(std::stoul(hex.substr(2 * i, 2), nullptr, 16));
   k.role = m->body["role"].get<uint8_t>();
   return k;
 }
@@ -254,9 +255,7 @@ void DaemonClient::attach(io::Runtime* runtime, std::string device, uint32_t sta
   thread_ = std::thread([this] { run(); });
 }
 
-void DaemonClient::apply(const ctl::Policy& policy) {
-  apply_policy(*runtime_, policy, baseline_, baseline_rate_hint_);
-}
+void DaemonClient::apply(const ctl::Policy& policy) { apply_policy(*runtime_, policy, baseline_, baseline_rate_hint_); }
 
 void DaemonClient::run() {
   pthread_setname_np(pthread_self(), "metaroce-ctl");
@@ -273,7 +272,8 @@ void DaemonClient::run() {
     const auto interval = std::chrono::milliseconds(stats_interval_ms_);
     int timeout = -1;
     if (stats_interval_ms_) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(next_report - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(next_report - std::chrono::steady_clock::now());
       timeout = static_cast<int>(std::max<int64_t>(left.count(), 0));
     }
     pollfd fds[2] = {{fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
@@ -323,7 +323,7 @@ bool DaemonClient::reconnect() {
     if (::poll(&stop, 1, kReconnectIntervalMs) != 0) return false;
     std::string why;
     const int fd = connect_to_daemon(why);
-    if (fd < 0) continue;  // not back yet
+    if (fd < 0) continue;               // not back yet
     std::optional<ctl::Policy> pushed;  // none can come before the lease is granted
     const std::optional<DaemonLease> l =
         request_lease(fd, request, static_cast<uint16_t>(lease_.source_ports.size()), pushed, why);
@@ -335,7 +335,8 @@ bool DaemonClient::reconnect() {
     }
     if (!l || l->home_port != lease_.home_port || l->block_first != lease_.block_first) {
       ::close(fd);
-      std::fprintf(stderr, "metaroce: %s: metaroced restarted and refused this context's ports (%s); running on without it\n",
+      std::fprintf(stderr,
+                   "metaroce: %s: metaroced restarted and refused this context's ports (%s); running on without it\n",
                    device_.c_str(), l ? "it gave others" : why.c_str());
       return false;
     }

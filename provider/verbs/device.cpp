@@ -108,16 +108,16 @@ void fill_identity(Device& d, uint32_t index) {
 }  // namespace
 
 const verbs_device_ops kDeviceOps = {
-    "metaroce",      // name
-    0,               // match_min_abi_version
-    INT_MAX,         // match_max_abi_version
-    kMatchTable,     // match_table
-    nullptr,         // static_providers
-    match_device,    // match_device
-    alloc_context,   // alloc_context
-    nullptr,         // import_context
-    alloc_device,    // alloc_device
-    uninit_device,   // uninit_device
+    "metaroce",     // name
+    0,              // match_min_abi_version
+    INT_MAX,        // match_max_abi_version
+    kMatchTable,    // match_table
+    nullptr,        // static_providers
+    match_device,   // match_device
+    alloc_context,  // alloc_context
+    nullptr,        // import_context
+    alloc_device,   // alloc_device
+    uninit_device,  // uninit_device
 };
 
 Device* device_of(ibv_device* device) {
@@ -145,8 +145,7 @@ bool resolve_kernel_device(Device& d) {
   char text[INET6_ADDRSTRLEN] = {};
   if (address.ss_family == AF_INET)
     inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in&>(address).sin_addr, text, sizeof text);
-  else
-    inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6&>(address).sin6_addr, text, sizeof text);
+  else inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6&>(address).sin6_addr, text, sizeof text);
   d.address = address;
   d.address_text = text;
   d.ifindex = ifindex;
@@ -157,8 +156,7 @@ bool resolve_kernel_device(Device& d) {
   return true;
 }
 
-bool resolve_address(const std::string& netdev_or_ip, sockaddr_storage& out, std::string& netdev,
-                     uint32_t& ifindex) {
+bool resolve_address(const std::string& netdev_or_ip, sockaddr_storage& out, std::string& netdev, uint32_t& ifindex) {
   std::memset(&out, 0, sizeof out);
   netdev.clear();
   ifindex = 0;
@@ -193,12 +191,10 @@ bool resolve_address(const std::string& netdev_or_ip, sockaddr_storage& out, std
       if (family == AF_INET && !v4_match) v4_match = a;
       if (family == AF_INET6 && !v6_match) v6_match = a;
     } else if (family == out.ss_family) {
-      const bool same =
-          family == AF_INET
-              ? std::memcmp(&reinterpret_cast<const sockaddr_in*>(a->ifa_addr)->sin_addr,
-                            &reinterpret_cast<const sockaddr_in&>(out).sin_addr, 4) == 0
-              : std::memcmp(&reinterpret_cast<const sockaddr_in6*>(a->ifa_addr)->sin6_addr,
-                            &reinterpret_cast<const sockaddr_in6&>(out).sin6_addr, 16) == 0;
+      const bool same = family == AF_INET ? std::memcmp(&reinterpret_cast<const sockaddr_in*>(a->ifa_addr)->sin_addr,
+                                                        &reinterpret_cast<const sockaddr_in&>(out).sin_addr, 4) == 0
+                                          : std::memcmp(&reinterpret_cast<const sockaddr_in6*>(a->ifa_addr)->sin6_addr,
+                                                        &reinterpret_cast<const sockaddr_in6&>(out).sin6_addr, 16) == 0;
       if (same && !v4_match) v4_match = a;
     }
   }
@@ -207,10 +203,8 @@ bool resolve_address(const std::string& netdev_or_ip, sockaddr_storage& out, std
   if (chosen) {
     ifindex = if_nametoindex(chosen->ifa_name);
     if (!netdev.empty()) {
-      if (chosen->ifa_addr->sa_family == AF_INET)
-        std::memcpy(&out, chosen->ifa_addr, sizeof(sockaddr_in));
-      else
-        std::memcpy(&out, chosen->ifa_addr, sizeof(sockaddr_in6));
+      if (chosen->ifa_addr->sa_family == AF_INET) std::memcpy(&out, chosen->ifa_addr, sizeof(sockaddr_in));
+      else std::memcpy(&out, chosen->ifa_addr, sizeof(sockaddr_in6));
     }
   } else if (!netdev.empty()) {
     errno = EINVAL;  // no such interface, or it has no address
@@ -232,8 +226,7 @@ Device* find_or_create_device(const char* name, const char* netdev_or_ip) {
   char text[INET6_ADDRSTRLEN] = {};
   if (address.ss_family == AF_INET)
     inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in&>(address).sin_addr, text, sizeof text);
-  else
-    inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6&>(address).sin6_addr, text, sizeof text);
+  else inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6&>(address).sin6_addr, text, sizeof text);
 
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
@@ -340,8 +333,7 @@ ibv_context* metaroce_dv_open(ibv_device* device, const metaroce_dv_options* opt
   return verbs_open_device(device, const_cast<metaroce_dv_options*>(opts));
 }
 
-ibv_context* metaroce_dv_open_device(const char* name, const char* netdev_or_ip,
-                                     const metaroce_dv_options* opts) {
+ibv_context* metaroce_dv_open_device(const char* name, const char* netdev_or_ip, const metaroce_dv_options* opts) {
   Device* d = find_or_create_device(name, netdev_or_ip);
   if (!d) return nullptr;
   return metaroce_dv_open(&d->vdev.device, opts);
@@ -349,9 +341,7 @@ ibv_context* metaroce_dv_open_device(const char* name, const char* netdev_or_ip,
 
 bool metaroce_dv_is_metaroce_device(ibv_device* device) { return device_of(device) != nullptr; }
 
-bool metaroce_dv_is_metaroce_context(ibv_context* context) {
-  return context && device_of(context->device) != nullptr;
-}
+bool metaroce_dv_is_metaroce_context(ibv_context* context) { return context && device_of(context->device) != nullptr; }
 
 uint16_t metaroce_dv_home_port(ibv_context* context) {
   if (!metaroce_dv_is_metaroce_context(context)) return 0;

@@ -30,9 +30,9 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t hca_va, int acces
   }
   // MW_BIND (no memory window can be allocated), HUGETLB and the optional
   // range are accepted and have no effect.
-  const uint32_t engine_access = static_cast<uint32_t>(access) &
-      (transport::kAccessLocalWrite | transport::kAccessRemoteWrite | transport::kAccessRemoteRead |
-       transport::kAccessRemoteAtomic);
+  const uint32_t engine_access =
+      static_cast<uint32_t>(access) & (transport::kAccessLocalWrite | transport::kAccessRemoteWrite |
+                                       transport::kAccessRemoteRead | transport::kAccessRemoteAtomic);
   Context* ctx = context_of(pd->context);
   auto* mr = new (std::nothrow) Mr;
   if (!mr) {
@@ -40,8 +40,7 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t hca_va, int acces
     return nullptr;
   }
   const std::optional<uint32_t> key = ctx->engine([&](transport::Endpoint& e) {
-    return e.memory().register_region(pd_of(pd)->id, reinterpret_cast<uintptr_t>(addr), length,
-                                      engine_access);
+    return e.memory().register_region(pd_of(pd)->id, reinterpret_cast<uintptr_t>(addr), length, engine_access);
   });
   if (!key) {
     delete mr;

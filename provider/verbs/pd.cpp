@@ -25,7 +25,7 @@ ibv_pd* alloc_pd(ibv_context* context) {
   pd->ibv.handle = id;
   if (ctx->device->kernel) {
     // The kernel's PD (its handle replaces ours) is what its QPs refer to.
-    struct ibv_alloc_pd cmd{};
+    struct ibv_alloc_pd cmd {};
     ib_uverbs_alloc_pd_resp resp{};
     if (const int err = ibv_cmd_alloc_pd(context, &pd->ibv, &cmd, sizeof cmd, &resp, sizeof resp)) {
       delete pd;

@@ -23,10 +23,22 @@ int convert(const Qp& qp, const ibv_send_wr& wr, transport::SendWr& s) {
   s.wr_id = wr.wr_id;
   bool may_inline = false;
   switch (wr.opcode) {
-    case IBV_WR_RDMA_WRITE: s.opcode = WrOpcode::RdmaWrite; may_inline = true; break;
-    case IBV_WR_RDMA_WRITE_WITH_IMM: s.opcode = WrOpcode::RdmaWriteWithImm; may_inline = true; break;
-    case IBV_WR_SEND: s.opcode = WrOpcode::Send; may_inline = true; break;
-    case IBV_WR_SEND_WITH_IMM: s.opcode = WrOpcode::SendWithImm; may_inline = true; break;
+    case IBV_WR_RDMA_WRITE:
+      s.opcode = WrOpcode::RdmaWrite;
+      may_inline = true;
+      break;
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      s.opcode = WrOpcode::RdmaWriteWithImm;
+      may_inline = true;
+      break;
+    case IBV_WR_SEND:
+      s.opcode = WrOpcode::Send;
+      may_inline = true;
+      break;
+    case IBV_WR_SEND_WITH_IMM:
+      s.opcode = WrOpcode::SendWithImm;
+      may_inline = true;
+      break;
     case IBV_WR_RDMA_READ: s.opcode = WrOpcode::RdmaRead; break;
     case IBV_WR_ATOMIC_CMP_AND_SWP: s.opcode = WrOpcode::CompareSwap; break;
     case IBV_WR_ATOMIC_FETCH_AND_ADD: s.opcode = WrOpcode::FetchAdd; break;
@@ -47,10 +59,8 @@ int convert(const Qp& qp, const ibv_send_wr& wr, transport::SendWr& s) {
     if (total > qp.cap.max_inline_data) return EINVAL;
     s.inline_data = true;
   }
-  if (wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM || wr.opcode == IBV_WR_SEND_WITH_IMM)
-    s.imm = be32toh(wr.imm_data);
-  if (wr.opcode == IBV_WR_RDMA_WRITE || wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
-      wr.opcode == IBV_WR_RDMA_READ) {
+  if (wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM || wr.opcode == IBV_WR_SEND_WITH_IMM) s.imm = be32toh(wr.imm_data);
+  if (wr.opcode == IBV_WR_RDMA_WRITE || wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM || wr.opcode == IBV_WR_RDMA_READ) {
     s.remote_addr = wr.wr.rdma.remote_addr;
     s.rkey = wr.wr.rdma.rkey;
   } else if (wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
@@ -69,8 +79,7 @@ int convert(const Qp& qp, const ibv_send_wr& wr, transport::SendWr& s) {
 int ud_destination(Qp& qp, const ibv_send_wr& wr, transport::UdSendWr& u) {
   if (wr.opcode != IBV_WR_SEND && wr.opcode != IBV_WR_SEND_WITH_IMM) return EINVAL;
   const uint32_t qpn = wr.wr.ud.remote_qpn;
-  if (!wr.wr.ud.ah || wr.wr.ud.ah->context != qp.vqp.qp.context || qpn > 0xffffff || (qpn & 0xfff) == 0)
-    return EINVAL;
+  if (!wr.wr.ud.ah || wr.wr.ud.ah->context != qp.vqp.qp.context || qpn > 0xffffff || (qpn & 0xfff) == 0) return EINVAL;
   uint64_t total = 0;
   for (int i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
   if (total > ib_mtu_bytes(qp.ctx->active_mtu)) return EINVAL;  // a UD message fits one packet

@@ -72,9 +72,9 @@ struct Device {
   std::string netdev;        // interface name if one was given (else empty)
   std::string address_text;  // the IP literal the runtime binds
   sockaddr_storage address{};
-  union ibv_gid gid{};       // ::ffff:a.b.c.d or the IPv6 address
-  uint64_t guid_be = 0;      // node GUID, network order
-  uint32_t ifindex = 0;      // interface index, 0 if unknown
+  union ibv_gid gid {};  // ::ffff:a.b.c.d or the IPv6 address
+  uint64_t guid_be = 0;  // node GUID, network order
+  uint32_t ifindex = 0;  // interface index, 0 if unknown
   // A kernel device (metaroce.ko, found in sysfs by libibverbs): the kernel
   // owns the objects' handles and numbers QPs; the address is resolved from
   // `netdev` when a context opens (resolved under kernel_mutex).
@@ -92,8 +92,7 @@ extern const verbs_device_ops kDeviceOps;
 
 // Resolves "netdev_or_ip" into an address; returns false (errno set) if it
 // is neither a literal nor an interface with an address.
-bool resolve_address(const std::string& netdev_or_ip, sockaddr_storage& out, std::string& netdev,
-                     uint32_t& ifindex);
+bool resolve_address(const std::string& netdev_or_ip, sockaddr_storage& out, std::string& netdev, uint32_t& ifindex);
 Device* find_or_create_device(const char* name, const char* netdev_or_ip);
 
 // --- per-context objects --------------------------------------------------------
@@ -143,15 +142,15 @@ struct Cq {
   };
   Cq() : ex{} {}
   Context* ctx = nullptr;
-  uint32_t id = 0;           // engine CQ
+  uint32_t id = 0;  // engine CQ
   int cqe = 0;
-  int event_fd = -1;         // kernel-less channel: its write end; -1 without one
-  bool kernel_channel = false;  // kernel device with a channel: the kernel delivers the events
-  std::atomic<uint64_t> pushed{0};   // completions pushed by the engine
-  std::atomic<uint64_t> polled{0};   // completions handed to the application
-  std::atomic<bool> armed{false};    // ibv_req_notify_cq pending
-  std::atomic<uint64_t> events{0};   // completion events delivered (cq_event op)
-  uint64_t signalled = 0;            // events written to a kernel-less channel (engine lock)
+  int event_fd = -1;                // kernel-less channel: its write end; -1 without one
+  bool kernel_channel = false;      // kernel device with a channel: the kernel delivers the events
+  std::atomic<uint64_t> pushed{0};  // completions pushed by the engine
+  std::atomic<uint64_t> polled{0};  // completions handed to the application
+  std::atomic<bool> armed{false};   // ibv_req_notify_cq pending
+  std::atomic<uint64_t> events{0};  // completion events delivered (cq_event op)
+  uint64_t signalled = 0;           // events written to a kernel-less channel (engine lock)
   // ibv_start_poll: completions taken from the engine, handed out one by one.
   std::vector<transport::Completion> batch;
   size_t batch_next = 0;
@@ -174,7 +173,7 @@ struct Srq {
 };
 
 struct Ah {
-  ibv_ah ibv{};  // must be first
+  ibv_ah ibv{};                // must be first
   sockaddr_storage address{};  // the destination IP (the port comes from each WR's QP number)
   ibv_ah_attr attr{};
 };
@@ -194,9 +193,9 @@ struct Qp {
   ibv_qp_cap cap{};
   uint64_t send_ops_flags = 0;
 
-  std::mutex mutex;          // modify/query
+  std::mutex mutex;  // modify/query
   ibv_qp_state state = IBV_QPS_RESET;
-  ibv_qp_attr attr{};        // the attributes last set, for ibv_query_qp
+  ibv_qp_attr attr{};  // the attributes last set, for ibv_query_qp
   transport::QpConfig config;
 
   // Work requests built by the ibv_wr_* API between wr_start and wr_complete
@@ -220,7 +219,7 @@ struct Context {
   // it is destroyed first.
   std::unique_ptr<DaemonClient> daemon;
   uint16_t home_port = 0;
-  uint32_t mtu = 0;  // payload bytes per data packet (what fits the netdev's MTU, or METAROCE_MTU)
+  uint32_t mtu = 0;                   // payload bytes per data packet (what fits the netdev's MTU, or METAROCE_MTU)
   ibv_mtu active_mtu = IBV_MTU_1024;  // the largest IB MTU not above mtu
   transport::Profile profile = transport::Profile::MetaRoCE;
   uint16_t paths = 4;
@@ -242,7 +241,7 @@ struct Context {
   std::mutex event_objects_mutex;
   std::unordered_map<uint64_t, EventCounts*> event_objects;
   std::vector<std::function<void()>> zombies;  // frees of such destroyed objects
-  uint32_t poll_yield_every = 0;  // sched_yield() every this many empty polls (0: never)
+  uint32_t poll_yield_every = 0;               // sched_yield() every this many empty polls (0: never)
   std::atomic<uint32_t> next_pd{1};
   // CQs by engine id, for the completion listener. Changed and read only
   // with the engine lock held (inside with_engine or the listener).
@@ -315,8 +314,8 @@ constexpr uint32_t ib_mtu_bytes(ibv_mtu mtu) { return 128u << mtu; }
 verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data);
 void free_context(ibv_context* context);
 // query.cpp
-int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input,
-                    ibv_device_attr_ex* attr, size_t attr_size);
+int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
+                    size_t attr_size);
 int query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* port_attr);
 // stats_dump.cpp: METAROCE_STATS=1's dump of the engine's counters and paths
 // on stderr, when the context closes.
@@ -390,10 +389,10 @@ void install_wr_api(Qp* qp);
 extern "C" {
 // GID / pkey / GUID answers for MetaRoCE devices: 0 or a positive errno.
 int metaroce_priv_query_gid(ibv_context* context, uint8_t port_num, int index, union ibv_gid* gid);
-int metaroce_priv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_index,
-                               struct ibv_gid_entry* entry, uint32_t flags, size_t entry_size);
-ssize_t metaroce_priv_query_gid_table(ibv_context* context, struct ibv_gid_entry* entries,
-                                      size_t max_entries, uint32_t flags, size_t entry_size);
+int metaroce_priv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_index, struct ibv_gid_entry* entry,
+                               uint32_t flags, size_t entry_size);
+ssize_t metaroce_priv_query_gid_table(ibv_context* context, struct ibv_gid_entry* entries, size_t max_entries,
+                                      uint32_t flags, size_t entry_size);
 int metaroce_priv_query_gid_type(ibv_context* context, uint8_t port_num, unsigned int index,
                                  enum ibv_gid_type_sysfs* type);
 int metaroce_priv_query_pkey(ibv_context* context, uint8_t port_num, int index, __be16* pkey);

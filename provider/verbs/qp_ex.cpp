@@ -104,8 +104,8 @@ void wr_set_xrc_srqn(ibv_qp_ex* q, uint32_t) { unsupported(Q(q)); }
 void wr_atomic_write(ibv_qp_ex* q, uint32_t, uint64_t, const void*) { unsupported(Q(q)); }
 
 bool may_inline(const SendWr& s) {
-  return s.opcode == WrOpcode::Send || s.opcode == WrOpcode::SendWithImm ||
-         s.opcode == WrOpcode::RdmaWrite || s.opcode == WrOpcode::RdmaWriteWithImm;
+  return s.opcode == WrOpcode::Send || s.opcode == WrOpcode::SendWithImm || s.opcode == WrOpcode::RdmaWrite ||
+         s.opcode == WrOpcode::RdmaWriteWithImm;
 }
 
 void set_inline(ibv_qp_ex* q, size_t num_buf, const ibv_data_buf* bufs) {

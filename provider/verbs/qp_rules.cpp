@@ -9,9 +9,8 @@ namespace metaroce::verbs {
 
 // The shared rules speak the uverbs ABI's values, which libibverbs' enums have.
 static_assert(IBV_QPS_RESET == METAROCE_QPS_RESET && IBV_QPS_INIT == METAROCE_QPS_INIT &&
-              IBV_QPS_RTR == METAROCE_QPS_RTR && IBV_QPS_RTS == METAROCE_QPS_RTS &&
-              IBV_QPS_SQD == METAROCE_QPS_SQD && IBV_QPS_SQE == METAROCE_QPS_SQE &&
-              IBV_QPS_ERR == METAROCE_QPS_ERR);
+              IBV_QPS_RTR == METAROCE_QPS_RTR && IBV_QPS_RTS == METAROCE_QPS_RTS && IBV_QPS_SQD == METAROCE_QPS_SQD &&
+              IBV_QPS_SQE == METAROCE_QPS_SQE && IBV_QPS_ERR == METAROCE_QPS_ERR);
 static_assert(IBV_QP_STATE == METAROCE_QP_STATE && IBV_QP_CUR_STATE == METAROCE_QP_CUR_STATE &&
               IBV_QP_EN_SQD_ASYNC_NOTIFY == METAROCE_QP_EN_SQD_ASYNC_NOTIFY &&
               IBV_QP_ACCESS_FLAGS == METAROCE_QP_ACCESS_FLAGS && IBV_QP_PKEY_INDEX == METAROCE_QP_PKEY_INDEX &&
@@ -26,11 +25,11 @@ static_assert(IBV_QP_STATE == METAROCE_QP_STATE && IBV_QP_CUR_STATE == METAROCE_
 static_assert(IBV_ACCESS_LOCAL_WRITE == METAROCE_ACCESS_LOCAL_WRITE &&
               IBV_ACCESS_REMOTE_WRITE == METAROCE_ACCESS_REMOTE_WRITE &&
               IBV_ACCESS_REMOTE_READ == METAROCE_ACCESS_REMOTE_READ &&
-              IBV_ACCESS_REMOTE_ATOMIC == METAROCE_ACCESS_REMOTE_ATOMIC && IBV_ACCESS_MW_BIND == METAROCE_ACCESS_MW_BIND);
+              IBV_ACCESS_REMOTE_ATOMIC == METAROCE_ACCESS_REMOTE_ATOMIC &&
+              IBV_ACCESS_MW_BIND == METAROCE_ACCESS_MW_BIND);
 static_assert(IBV_MTU_256 == METAROCE_IB_MTU_256 && IBV_MTU_4096 == METAROCE_IB_MTU_4096);
 
-int qp_modify_check(ibv_qp_type type, ibv_qp_state current, const ibv_qp_attr& attr, int mask,
-                    ibv_qp_state& next) {
+int qp_modify_check(ibv_qp_type type, ibv_qp_state current, const ibv_qp_attr& attr, int mask, ibv_qp_state& next) {
   if (type != IBV_QPT_RC && type != IBV_QPT_UD) return EINVAL;
   if ((mask & IBV_QP_CUR_STATE) && attr.cur_qp_state != current) return EINVAL;
   const ibv_qp_state to = (mask & IBV_QP_STATE) ? attr.qp_state : current;

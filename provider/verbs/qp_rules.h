@@ -12,7 +12,6 @@ namespace metaroce::verbs {
 // with `attr` and `mask`: the transition exists, its required attributes
 // and no others are given, every value given is in range, and a
 // IBV_QP_CUR_STATE given is `current`. EINVAL otherwise.
-int qp_modify_check(ibv_qp_type type, ibv_qp_state current, const ibv_qp_attr& attr, int mask,
-                    ibv_qp_state& next);
+int qp_modify_check(ibv_qp_type type, ibv_qp_state current, const ibv_qp_attr& attr, int mask, ibv_qp_state& next);
 
 }  // namespace metaroce::verbs

@@ -11,8 +11,8 @@
 
 namespace metaroce::verbs {
 
-int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input,
-                    ibv_device_attr_ex* attr, size_t attr_size) {
+int query_device_ex(ibv_context* context, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
+                    size_t attr_size) {
   if (input && input->comp_mask) return EINVAL;
   if (attr_size < sizeof(ibv_device_attr)) return EINVAL;
   Context* ctx = context_of(context);
@@ -69,9 +69,9 @@ int query_port(ibv_context* context, uint8_t port_num, ibv_port_attr* port_attr)
   p.pkey_tbl_len = METAROCE_PKEY_TBL_LEN;
   p.lid = 0;
   p.max_vl_num = METAROCE_MAX_VL_NUM;
-  p.active_width = 2;    // 4x
-  p.active_speed = 32;   // EDR: 4x EDR = 100 Gb/s
-  p.phys_state = 5;      // LinkUp
+  p.active_width = 2;   // 4x
+  p.active_speed = 32;  // EDR: 4x EDR = 100 Gb/s
+  p.phys_state = 5;     // LinkUp
   p.link_layer = IBV_LINK_LAYER_ETHERNET;
   *port_attr = p;
   return 0;
@@ -89,8 +89,8 @@ int metaroce_priv_query_gid(ibv_context* context, uint8_t port_num, int index, u
   return 0;
 }
 
-int metaroce_priv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_index,
-                               ibv_gid_entry* entry, uint32_t flags, size_t entry_size) {
+int metaroce_priv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_index, ibv_gid_entry* entry,
+                               uint32_t flags, size_t entry_size) {
   if (flags) return EINVAL;
   if (port_num != 1 || gid_index != 0) return EINVAL;
   if (entry_size < offsetof(ibv_gid_entry, ndev_ifindex)) return EINVAL;
@@ -105,8 +105,8 @@ int metaroce_priv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t
   return 0;
 }
 
-ssize_t metaroce_priv_query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_t max_entries,
-                                      uint32_t flags, size_t entry_size) {
+ssize_t metaroce_priv_query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_t max_entries, uint32_t flags,
+                                      size_t entry_size) {
   if (flags) return -EINVAL;
   if (entry_size < offsetof(ibv_gid_entry, ndev_ifindex)) return -EINVAL;
   if (max_entries < 1) return -EINVAL;
@@ -114,8 +114,7 @@ ssize_t metaroce_priv_query_gid_table(ibv_context* context, ibv_gid_entry* entri
   return rc ? -rc : 1;
 }
 
-int metaroce_priv_query_gid_type(ibv_context*, uint8_t port_num, unsigned int index,
-                                 ibv_gid_type_sysfs* type) {
+int metaroce_priv_query_gid_type(ibv_context*, uint8_t port_num, unsigned int index, ibv_gid_type_sysfs* type) {
   if (port_num != 1 || index != 0) return EINVAL;
   *type = IBV_GID_TYPE_SYSFS_ROCE_V2;
   return 0;

@@ -50,7 +50,6 @@ uint64_t netdev_speed_bps(uint32_t ifindex) {
   return ok && mbps > 0 ? uint64_t(mbps) * 1'000'000 : 0;
 }
 
-
 // Creates the runtime on the home port and source ports metaroced leases;
 // null (and `daemon` reset) when there is no daemon or its lease fails.
 std::unique_ptr<io::Runtime> start_with_daemon(const Device& device, const Options& o, io::RuntimeOptions ro,
@@ -66,12 +65,12 @@ std::unique_ptr<io::Runtime> start_with_daemon(const Device& device, const Optio
   // A leased port can still be taken by a process that bypasses the daemon:
   // lease again (the daemon never hands out the same port twice in a row).
   for (int attempt = 0; attempt < 4; ++attempt) {
-    std::optional<DaemonLease> lease = daemon->lease(device.address_text, o.paths_explicit ? o.paths : 0,
-                                                     o.traffic_class, o.home_port, why);
+    std::optional<DaemonLease> lease =
+        daemon->lease(device.address_text, o.paths_explicit ? o.paths : 0, o.traffic_class, o.home_port, why);
     if (!lease) break;
     if (lease->home_port < kHomePortBase || lease->home_port >= kHomePortBase + kHomePortCount) {
-      why = "leased home port " + std::to_string(lease->home_port) + " is outside [" + std::to_string(kHomePortBase) + ", " +
-            std::to_string(kHomePortBase + kHomePortCount) + ")";
+      why = "leased home port " + std::to_string(lease->home_port) + " is outside [" + std::to_string(kHomePortBase) +
+            ", " + std::to_string(kHomePortBase + kHomePortCount) + ")";
       break;
     }
     ro.home_port = lease->home_port;
@@ -89,7 +88,8 @@ std::unique_ptr<io::Runtime> start_with_daemon(const Device& device, const Optio
     }
     if (why.find("in use") == std::string::npos) break;
   }
-  warn_once("metaroced lease failed (" + why + "); choosing ports locally, integrity mode (datagrams are not authenticated)");
+  warn_once("metaroced lease failed (" + why +
+            "); choosing ports locally, integrity mode (datagrams are not authenticated)");
   daemon.reset();
   return nullptr;
 }

@@ -78,9 +78,9 @@ int destroy_srq(ibv_srq* ibsrq) {
 
 int post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   Srq* srq = srq_of(ibsrq);
-  return post_recv_chain(*srq->ctx, wr, bad_wr, srq->max_sge, [srq](transport::Endpoint& e, const transport::RecvWr& r) {
-    return e.post_srq_recv(srq->id, r);
-  });
+  return post_recv_chain(
+      *srq->ctx, wr, bad_wr, srq->max_sge,
+      [srq](transport::Endpoint& e, const transport::RecvWr& r) { return e.post_srq_recv(srq->id, r); });
 }
 
 }  // namespace metaroce::verbs

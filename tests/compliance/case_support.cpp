@@ -15,14 +15,16 @@ std::string describe(const Received& r) {
   const wire::Packet& p = r.packet;
   switch (p.common.type) {
     case wire::PacketType::Data:
-      return std::string("data ") + wire::to_string(p.data.opcode) + " msn " + std::to_string(p.data.msn) +
-             " offset " + std::to_string(p.data.offset) + " on path " + std::to_string(p.common.path_id);
+      return std::string("data ") + wire::to_string(p.data.opcode) + " msn " + std::to_string(p.data.msn) + " offset " +
+             std::to_string(p.data.offset) + " on path " + std::to_string(p.common.path_id);
     case wire::PacketType::Ack: {
       std::string s = "ACK (";
       for (uint8_t i = 0; i < p.ack.path_count; ++i)
-        s += "path " + std::to_string(p.ack.paths[i].path_id) + " up to " + std::to_string(p.ack.paths[i].highest_seq) + "; ";
+        s += "path " + std::to_string(p.ack.paths[i].path_id) + " up to " + std::to_string(p.ack.paths[i].highest_seq) +
+             "; ";
       for (uint8_t i = 0; i < p.ack.stream_count; ++i)
-        s += "QP " + std::to_string(p.ack.streams[i].qpn) + " completed " + std::to_string(p.ack.streams[i].completed_msn) + "; ";
+        s += "QP " + std::to_string(p.ack.streams[i].qpn) + " completed " +
+             std::to_string(p.ack.streams[i].completed_msn) + "; ";
       return s + ")";
     }
     case wire::PacketType::Nak:
@@ -72,7 +74,8 @@ bool expect_drops(CaseContext& c, const std::string& check, const std::map<std::
     const auto it = change.find(name);
     const int64_t got = it == change.end() ? 0 : it->second;
     const int64_t want = counter == name ? times : 0;
-    if (got != want) wrong += std::string(name) + " moved by " + std::to_string(got) + " (expected " + std::to_string(want) + "); ";
+    if (got != want)
+      wrong += std::string(name) + " moved by " + std::to_string(got) + " (expected " + std::to_string(want) + "); ";
   }
   return c.check(check + "/counter", wrong.empty(), wrong);
 }

@@ -81,8 +81,8 @@ struct MessageSpec {
   std::optional<uint32_t> recv_index;  // default for SEND*, WRITE_IMM: the QP's next ordinal
   std::vector<uint8_t> payload;
   uint16_t attempt = 0;
-  uint8_t flags = 0;               // on every packet; ACK_REQUEST goes on the last as well
-  std::vector<uint8_t> paths{0};   // packet i leaves on paths[i % size]
+  uint8_t flags = 0;              // on every packet; ACK_REQUEST goes on the last as well
+  std::vector<uint8_t> paths{0};  // packet i leaves on paths[i % size]
 };
 struct SentPacket {
   uint8_t path = 0;

@@ -73,8 +73,8 @@ COMPLIANCE_CASE(duplicate_not_written, "C-8.3a", Stimulus,
   send.paths = {2};
   send_message(s, qp, send);
   const std::optional<TargetCompletion> received = target_completion(s, qp);
-  c.check("send-received", received && received->status == "success" && received->wr_id == 11 &&
-                               received->byte_len == 100,
+  c.check("send-received",
+          received && received->status == "success" && received->wr_id == 11 && received->byte_len == 100,
           "the SEND did not complete the first receive with 100 bytes");
   MessageSpec send_copy = send;
   send_copy.flags = wire::kFlagRetransmit;
@@ -83,9 +83,10 @@ COMPLIANCE_CASE(duplicate_not_written, "C-8.3a", Stimulus,
   c.check("send-copy-acknowledged", wait_acked(s, 0, send_resent.back().seq).has_value(),
           "the SEND's late copy was not acknowledged");
   s.barrier();
-  c.check("second-receive-untouched", s.control().poll(qp.target_qpn, 1, 0).empty() &&
-                                          s.control().read(second, 100) == std::vector<uint8_t>(100, 0),
-          "the SEND's copy consumed or wrote the next receive");
+  c.check(
+      "second-receive-untouched",
+      s.control().poll(qp.target_qpn, 1, 0).empty() && s.control().read(second, 100) == std::vector<uint8_t>(100, 0),
+      "the SEND's copy consumed or wrote the next receive");
   s.close_qp(qp);
 }
 
@@ -102,8 +103,8 @@ COMPLIANCE_CASE(probe_answered, "C-8.8a", Stimulus,
   for (const Probe& p : probes) {
     const std::string name = "path-" + std::to_string(p.path);
     s.send(s.probe_body(p.path, PacketType::Probe, p.seq, p.timestamp), p.path);
-    const std::optional<Received> reply = s.expect(
-        [&](const Received& r) { return r.is(PacketType::ProbeReply) && r.packet.probe.probe_seq == p.seq; });
+    const std::optional<Received> reply =
+        s.expect([&](const Received& r) { return r.is(PacketType::ProbeReply) && r.packet.probe.probe_seq == p.seq; });
     if (!c.check(name, reply.has_value(), "no ProbeReply")) continue;
     c.check(name + "/timestamp", reply->packet.probe.timestamp == p.timestamp, "the timestamp was not echoed");
     c.check(name + "/path-id", reply->packet.common.path_id == p.path,

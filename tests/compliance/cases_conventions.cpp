@@ -56,8 +56,9 @@ COMPLIANCE_CASE(reserved_ignored, "C-1.1b", Stimulus,
   raw::put32(body, raw::kReadReqReserved, 0xdeadbeefu);
   s.send(body, 2);
   const InboundMessage* response = wait_response(s, *f.qp, h.msn);
-  c.check("read-request", response && response->bytes == content && response->remote_addr == kSuiteSinkAddr &&
-                              response->rkey == kSuiteSinkKey,
+  c.check("read-request",
+          response && response->bytes == content && response->remote_addr == kSuiteSinkAddr &&
+              response->rkey == kSuiteSinkKey,
           "no READ_RESP with the region's bytes for a READ_REQ with its reserved word set");
 
   // An ACK with both reserved fields set completes the WRITE it acknowledges.
@@ -118,7 +119,8 @@ COMPLIANCE_CASE(unused_fields_zero, "C-1.1c", Workload,
   uint64_t fetched = 0, swapped = 0;
   std::memcpy(&fetched, originals.data(), 8);
   std::memcpy(&swapped, originals.data() + 8, 8);
-  c.check("atomic-results", fetched == Session::atomic_original(first + 5) && swapped == Session::atomic_original(first + 6),
+  c.check("atomic-results",
+          fetched == Session::atomic_original(first + 5) && swapped == Session::atomic_original(first + 6),
           "the atomics' local buffers do not hold the originals of the suite's ATOMIC_RESPs");
 
   // The target as responder: READ_RESP over several packets, ATOMIC_RESP.
@@ -143,16 +145,18 @@ COMPLIANCE_CASE(unused_fields_zero, "C-1.1c", Workload,
   wrong.payload = Session::pattern(4, 32);
   send_message(s, *bad_key.qp, wrong);
   c.check("nak-remote-access", s.expect([](const Received& x) {
-            return x.is(PacketType::Nak) && x.packet.nak.kind == wire::NakKind::RemoteAccess;
-          }).has_value(), "no NAK RemoteAccess for a WRITE with a bad rkey");
+                                  return x.is(PacketType::Nak) && x.packet.nak.kind == wire::NakKind::RemoteAccess;
+                                }).has_value(),
+          "no NAK RemoteAccess for a WRITE with a bad rkey");
   Fixture no_receive = make_fixture(s, 4096);
   MessageSpec send;
   send.opcode = Opcode::Send;
   send.payload = Session::pattern(5, 32);
   send_message(s, *no_receive.qp, send);
   c.check("nak-rnr", s.expect([](const Received& x) {
-            return x.is(PacketType::Nak) && x.packet.nak.kind == wire::NakKind::ReceiverNotReady;
-          }).has_value(), "no NAK ReceiverNotReady for a SEND without a posted receive");
+                        return x.is(PacketType::Nak) && x.packet.nak.kind == wire::NakKind::ReceiverNotReady;
+                      }).has_value(),
+          "no NAK ReceiverNotReady for a SEND without a posted receive");
   for (Fixture* fixture : {&f, &bad_key, &no_receive}) s.close_qp(*fixture->qp);
 
   const Observer::Seen& seen = s.observer().seen();
@@ -163,8 +167,9 @@ COMPLIANCE_CASE(unused_fields_zero, "C-1.1c", Workload,
   observer_verdict(c, "C-1.1c");
 }
 
-COMPLIANCE_CASE(one_packet_per_datagram, "C-1.2a", Stimulus,
-                "one packet per datagram: two Probes in one datagram are dropped; a packet inside a payload is payload") {
+COMPLIANCE_CASE(
+    one_packet_per_datagram, "C-1.2a", Stimulus,
+    "one packet per datagram: two Probes in one datagram are dropped; a packet inside a payload is payload") {
   Session& s = c.session();
   WirePeer& peer = s.peer();
   expect_silent_drop(c, "concatenated-probes", "rx_drop_malformed", [&] {
@@ -262,7 +267,8 @@ COMPLIANCE_CASE(sent_from_named_slot, "C-1.2d", Workload,
   uint64_t posted = 0;
   const auto deadline = Clock::now() + 4 * s.timing().reply;
   while (probe_port == 0 && posted < kMaxWrites && Clock::now() < deadline) {
-    target_post(s, *f.qp, {control::SendOpcode::Write, ++posted, {{f.region.addr, 8 * mtu, f.region.key}}, 0x50000, 0x5555});
+    target_post(s, *f.qp,
+                {control::SendOpcode::Write, ++posted, {{f.region.addr, 8 * mtu, f.region.key}}, 0x50000, 0x5555});
     s.pump(Clock::now() + kEvery, [&](const Received& r) {
       if (r.is(PacketType::Data) && r.packet.common.path_id == kStarved) data_port = r.datagram->source_port;
       if (r.is(PacketType::Probe) && r.packet.common.path_id == kStarved) probe_port = r.datagram->source_port;

@@ -123,9 +123,9 @@ COMPLIANCE_CASE(bad_data_packet, "C-7b", Stimulus,
     const wire::AtomicRequest atomic{1, 0};
     const uint64_t original = 0;
     const std::vector<uint8_t> bytes = Session::pattern(0x7b, payload);
-    std::vector<uint8_t> body = s.data_body(kPath, h, bytes, op == Opcode::ReadRequest ? &read : nullptr,
-                                            wire::is_atomic(op) ? &atomic : nullptr,
-                                            op == Opcode::AtomicResponse ? &original : nullptr);
+    std::vector<uint8_t> body =
+        s.data_body(kPath, h, bytes, op == Opcode::ReadRequest ? &read : nullptr,
+                    wire::is_atomic(op) ? &atomic : nullptr, op == Opcode::AtomicResponse ? &original : nullptr);
     dropped_seqs.push_back(h.path_seq);
     return body;
   };
@@ -133,7 +133,9 @@ COMPLIANCE_CASE(bad_data_packet, "C-7b", Stimulus,
   auto drop = [&](const char* name, std::vector<uint8_t> body,
                   const std::function<void(std::vector<uint8_t>&)>& mutate = {}) {
     expect_silent_drop(c, name, kMalformed, [&] {
-      s.send_raw(stamped_with_crc(s, std::move(body), mutate ? mutate : [](std::vector<uint8_t>&) {}), kPath);
+      s.send_raw(stamped_with_crc(
+                     s, std::move(body), mutate ? mutate : [](std::vector<uint8_t>&) {}),
+                 kPath);
     });
   };
 
@@ -204,8 +206,8 @@ COMPLIANCE_CASE(bad_ack, "C-7c", Stimulus,
     const std::optional<PendingWrite> w = pending_write(s, f, wr_id);
     if (!c.check(name + "/write-arrives", w.has_value(), "the target's WRITE did not arrive")) break;
     const std::vector<uint8_t> ack = s.ack_body(s.current_ack());
-    expect_silent_drop(c, name, kMalformed, [&] { s.send_raw(stamped_with_crc(s, ack, m.apply), 1); },
-                       its_resends(f));
+    expect_silent_drop(
+        c, name, kMalformed, [&] { s.send_raw(stamped_with_crc(s, ack, m.apply), 1); }, its_resends(f));
     c.check(name + "/no-completion", s.control().poll(f.qp->target_qpn, 1, 0).empty(),
             "the malformed ACK completed the WRITE");
     // The same ACK, well formed, completes it.
@@ -244,8 +246,8 @@ COMPLIANCE_CASE(bad_nak, "C-7d", Stimulus,
     const std::string name = m.name;
     const std::optional<PendingWrite> w = pending_write(s, f, wr_id);
     if (!c.check(name + "/write-arrives", w.has_value(), "the target's WRITE did not arrive")) break;
-    expect_silent_drop(c, name, kMalformed, [&] { s.send_raw(stamped_with_crc(s, nak_for(*w), m.apply), 1); },
-                       its_resends(f));
+    expect_silent_drop(
+        c, name, kMalformed, [&] { s.send_raw(stamped_with_crc(s, nak_for(*w), m.apply), 1); }, its_resends(f));
     s.send_ack();
     const std::optional<TargetCompletion> done = target_completion(s, *f.qp);
     c.check(name + "/write-succeeds", done && done->status == "success" && done->wr_id == wr_id,

@@ -30,7 +30,8 @@ COMPLIANCE_CASE(common_header, "C-2a", Observed,
   s.send_raw(probe, kPath);
   const std::vector<Received> got = s.pump(Clock::now() + s.timing().reply, [&](const Received& r) {
     const std::vector<uint8_t>& b = r.datagram->bytes;
-    return b.size() >= raw::kProbeSeq + 4 && b[raw::kType] == raw::kTypeProbeReply && raw::be32(b, raw::kProbeSeq) == kSeq;
+    return b.size() >= raw::kProbeSeq + 4 && b[raw::kType] == raw::kTypeProbeReply &&
+           raw::be32(b, raw::kProbeSeq) == kSeq;
   });
   const bool replied = !got.empty() && got.back().datagram->bytes.size() >= raw::kProbeSeq + 4 &&
                        raw::be32(got.back().datagram->bytes, raw::kProbeSeq) == kSeq;
@@ -45,7 +46,8 @@ COMPLIANCE_CASE(common_header, "C-2a", Observed,
               "byte 3 is " + std::to_string(b[3]) + ", not the Probe's path_id " + std::to_string(kPath));
       c.check("reply-home-port", raw::be16(b, raw::kHomePort) == s.target().home_port,
               "bytes 4-5 are " + std::to_string(raw::be16(b, raw::kHomePort)));
-      c.check("reply-src-epoch", raw::be32(b, raw::kSrcEpoch) != 0 && raw::be32(b, raw::kSrcEpoch) == peer.target_epoch(),
+      c.check("reply-src-epoch",
+              raw::be32(b, raw::kSrcEpoch) != 0 && raw::be32(b, raw::kSrcEpoch) == peer.target_epoch(),
               "bytes 8-11 are not the target's epoch");
       c.check("reply-dst-epoch", raw::be32(b, raw::kDstEpoch) == peer.epoch(), "bytes 12-15 are not the suite's epoch");
       c.check("reply-reserved", raw::be32(b, raw::kProbeReserved) == 0, "bytes 24-27 are not zero");
@@ -138,8 +140,8 @@ COMPLIANCE_CASE(retransmission_same_bytes, "C-3.5a", Workload,
   const uint32_t qpn = f.qp->qpn;
   s.set_loss([&](const wire::Packet& p) {
     if (p.data.dst_qpn != qpn) return false;
-    return !original || (p.common.path_id == original->packet.common.path_id &&
-                         p.data.path_seq == original->packet.data.path_seq);
+    return !original ||
+           (p.common.path_id == original->packet.common.path_id && p.data.path_seq == original->packet.data.path_seq);
   });
   target_post(s, *f.qp, {control::SendOpcode::Write, 1, {{f.region.addr, 8 * mtu, f.region.key}}, 0x70000, 0x7777});
   s.pump(Clock::now() + 4 * s.timing().reply, [&](const Received& r) {

@@ -94,8 +94,8 @@ COMPLIANCE_CASE(bad_trailer_dropped, "C-9.1b", Stimulus,
   });
   expect_silent_drop(c, "probe-crc-plus-one", "rx_drop_integrity", [&] {
     const uint32_t te = s.peer().target_epoch();
-    std::vector<uint8_t> d = with_crc(stamped(s, s.probe_body(0, PacketType::Probe, 0x91b, 1), te,
-                                              s.peer().next_packet_number(te)));
+    std::vector<uint8_t> d =
+        with_crc(stamped(s, s.probe_body(0, PacketType::Probe, 0x91b, 1), te, s.peer().next_packet_number(te)));
     raw::put32(d, d.size() - 4, raw::be32(d, d.size() - 4) + 1);
     s.send_raw(d, 0);
   });
@@ -148,7 +148,8 @@ COMPLIANCE_CASE(stale_destination_epoch, "C-9.4a", Stimulus,
   WirePeer& peer = s.peer();
   const uint32_t wrong = peer.target_epoch() ^ 0x0f0f0f0fu;
   expect_silent_drop(c, "probe", "rx_drop_stale_epoch", [&] {
-    s.send_raw(with_crc(stamped(s, s.probe_body(0, PacketType::Probe, 0x94a, 1), wrong, peer.next_packet_number(wrong))), 0);
+    s.send_raw(
+        with_crc(stamped(s, s.probe_body(0, PacketType::Probe, 0x94a, 1), wrong, peer.next_packet_number(wrong))), 0);
   });
   expect_silent_drop(c, "write", "rx_drop_stale_epoch", [&] {
     s.send_raw(with_crc(stamped(s, write_body(s, f, 13, 0), wrong, peer.next_packet_number(wrong))), 13);

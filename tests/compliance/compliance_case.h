@@ -67,9 +67,9 @@ struct CaseRegistration {
   explicit CaseRegistration(const CaseDef& def) { registered_cases().push_back(def); }
 };
 
-#define COMPLIANCE_CASE(function, case_id, phase, title)                                          \
-  static void function(::metaroce::compliance::CaseContext&);                                    \
-  static const ::metaroce::compliance::CaseRegistration function##_registration{                 \
+#define COMPLIANCE_CASE(function, case_id, phase, title)                                                \
+  static void function(::metaroce::compliance::CaseContext&);                                           \
+  static const ::metaroce::compliance::CaseRegistration function##_registration{                        \
       ::metaroce::compliance::CaseDef{case_id, title, ::metaroce::compliance::Phase::phase, function}}; \
   static void function(::metaroce::compliance::CaseContext& c)
 

@@ -6,10 +6,10 @@
 namespace metaroce::compliance {
 namespace {
 
-using nlohmann::json;
 using control::get_string;
 using control::get_u64;
 using control::Op;
+using nlohmann::json;
 
 // A Poll waits at most control::kMaxWaitMs in the target; anything else
 // answers at once.
@@ -102,7 +102,8 @@ std::vector<uint8_t> ControlClient::read(uint64_t addr, uint64_t length) {
   r.addr = addr;
   r.length = length;
   const std::optional<std::vector<uint8_t>> bytes = control::from_hex(need_string(call(r), "hex"));
-  if (!bytes || bytes->size() != length) throw CaseAbort("target read returned other than " + std::to_string(length) + " bytes");
+  if (!bytes || bytes->size() != length)
+    throw CaseAbort("target read returned other than " + std::to_string(length) + " bytes");
   return *bytes;
 }
 

@@ -51,8 +51,7 @@ class ControlClient {
   // A QP of the target connected to the suite's QP `peer_qpn` at
   // (address, home_port); the target's first request has msn sq_psn and it
   // expects the suite's first at rq_psn. Returns the target's QP number.
-  uint32_t connect(const std::string& address, uint16_t home_port, uint32_t peer_qpn, uint32_t sq_psn,
-                   uint32_t rq_psn);
+  uint32_t connect(const std::string& address, uint16_t home_port, uint32_t peer_qpn, uint32_t sq_psn, uint32_t rq_psn);
   void destroy_qp(uint32_t qpn);
   std::string qp_state(uint32_t qpn);
   Region register_region(uint64_t length, uint32_t access);

@@ -62,8 +62,8 @@ bool read_uint(const json& j, const char* name, uint64_t min, uint64_t max, uint
   }
   const std::optional<uint64_t> value = get_u64(j, name);
   if (!value || *value < min || *value > max) {
-    error = std::string("'") + name + "' is not an integer in [" + std::to_string(min) + ", " +
-            std::to_string(max) + "]";
+    error =
+        std::string("'") + name + "' is not an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
     return false;
   }
   out = *value;
@@ -71,8 +71,7 @@ bool read_uint(const json& j, const char* name, uint64_t min, uint64_t max, uint
 }
 
 template <typename T>
-bool read_field(const json& j, const char* name, T& out, std::string& error, bool optional = false,
-                uint64_t min = 0) {
+bool read_field(const json& j, const char* name, T& out, std::string& error, bool optional = false, uint64_t min = 0) {
   uint64_t value = out;
   if (!read_uint(j, name, min, std::numeric_limits<T>::max(), value, error, optional)) return false;
   out = static_cast<T>(value);
@@ -164,11 +163,9 @@ bool parse_fields(const json& j, Request& r, std::string& error) {
       return true;
     }
     case Op::PostRecv:
-      return read_field(j, "qpn", r.qpn, error) && read_field(j, "wr_id", r.wr_id, error) &&
-             read_sges(j, r.sge, error);
+      return read_field(j, "qpn", r.qpn, error) && read_field(j, "wr_id", r.wr_id, error) && read_sges(j, r.sge, error);
     case Op::PostSend: {
-      if (!read_field(j, "qpn", r.qpn, error) || !read_field(j, "wr_id", r.wr_id, error) ||
-          !read_sges(j, r.sge, error))
+      if (!read_field(j, "qpn", r.qpn, error) || !read_field(j, "wr_id", r.wr_id, error) || !read_sges(j, r.sge, error))
         return false;
       std::string opcode;
       if (!read_named(j, "opcode", opcode, error)) return false;
@@ -183,9 +180,8 @@ bool parse_fields(const json& j, Request& r, std::string& error) {
         error = "unknown opcode '" + opcode + "'";
         return false;
       }
-      return read_field(j, "remote_addr", r.remote_addr, error, true) &&
-             read_field(j, "rkey", r.rkey, error, true) && read_field(j, "imm", r.imm, error, true) &&
-             read_field(j, "compare_add", r.compare_add, error, true) &&
+      return read_field(j, "remote_addr", r.remote_addr, error, true) && read_field(j, "rkey", r.rkey, error, true) &&
+             read_field(j, "imm", r.imm, error, true) && read_field(j, "compare_add", r.compare_add, error, true) &&
              read_field(j, "swap", r.swap, error, true);
     }
     case Op::Poll: {

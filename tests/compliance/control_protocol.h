@@ -26,18 +26,18 @@
 namespace metaroce::compliance::control {
 
 enum class Op : uint8_t {
-  Hello,       // -> address, home_port, mtu, paths, security
-  Connect,     // a CQ and a QP, moved to RTS towards the suite's QP -> qpn
+  Hello,    // -> address, home_port, mtu, paths, security
+  Connect,  // a CQ and a QP, moved to RTS towards the suite's QP -> qpn
   DestroyQp,
-  QpState,     // -> state
-  Register,    // a zeroed, registered buffer -> addr, key
+  QpState,   // -> state
+  Register,  // a zeroed, registered buffer -> addr, key
   Deregister,
-  Read,        // bytes of a buffer Register returned -> hex
+  Read,  // bytes of a buffer Register returned -> hex
   Write,
   PostRecv,
   PostSend,
-  Poll,        // completions of a QP's CQ, waiting up to wait_ms for count of them
-  Counters,    // -> counters: {name: value}
+  Poll,      // completions of a QP's CQ, waiting up to wait_ms for count of them
+  Counters,  // -> counters: {name: value}
 };
 
 // ibv_access_flags bits, by the names requests use.
@@ -111,11 +111,10 @@ struct Request {
 // 9.6 and 8.14 (every rejected datagram increments exactly one of them) and
 // the two duplicate counters, which are not drops.
 inline constexpr const char* kDropCounters[] = {
-    "rx_drop_malformed",     "rx_drop_security_mode",  "rx_drop_integrity", "rx_drop_no_key",
-    "rx_drop_unknown_peer",  "rx_drop_stale_epoch",    "rx_drop_replay",    "rx_drop_unknown_qp",
-    "rx_drop_qp_state",      "rx_drop_out_of_window",  "rx_drop_invalid_request",
-    "rx_drop_access",        "rx_drop_rnr",            "rx_drop_out_of_order",
-    "rx_drop_stale_response",
+    "rx_drop_malformed",    "rx_drop_security_mode", "rx_drop_integrity",       "rx_drop_no_key",
+    "rx_drop_unknown_peer", "rx_drop_stale_epoch",   "rx_drop_replay",          "rx_drop_unknown_qp",
+    "rx_drop_qp_state",     "rx_drop_out_of_window", "rx_drop_invalid_request", "rx_drop_access",
+    "rx_drop_rnr",          "rx_drop_out_of_order",  "rx_drop_stale_response",
 };
 inline constexpr const char* kDuplicateCounters[] = {"rx_duplicate_completed", "rx_duplicate_chunk"};
 

@@ -30,28 +30,28 @@ std::vector<sock_filter> port_filter(uint16_t port) {
   constexpr uint32_t kAccept = 0xffff;
   return {
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, static_cast<uint32_t>(SKF_AD_OFF + SKF_AD_PROTOCOL)),  // 0
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, ETH_P_IP, 0, 7),        // 1: IPv4, else 9
-      BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 9),                      // 2: protocol
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kUdp, 0, 18),           // 3: else reject
-      BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 6),                      // 4: flags, fragment offset
-      BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, 0x1fff, 16, 0),        // 5: a later fragment: reject
-      BPF_STMT(BPF_LDX | BPF_B | BPF_MSH, 0),                     // 6: X = IPv4 header length
-      BPF_STMT(BPF_LD | BPF_H | BPF_IND, 2),                      // 7: UDP destination port
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, p, 12, 13),             // 8
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, ETH_P_IPV6, 0, 12),     // 9: IPv6, else reject
-      BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 6),                      // 10: next header
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kUdp, 0, 2),            // 11: else 14
-      BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 42),                     // 12: UDP destination port
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, p, 7, 8),               // 13
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kIpv6Fragment, 0, 7),   // 14: a fragment header, else reject
-      BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 40),                     // 15: its next header
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kUdp, 0, 5),            // 16
-      BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 42),                     // 17: fragment offset
-      BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, 0xfff8, 3, 0),         // 18: a later fragment: reject
-      BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 50),                     // 19: UDP destination port
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, p, 0, 1),               // 20
-      BPF_STMT(BPF_RET | BPF_K, kAccept),                         // 21
-      BPF_STMT(BPF_RET | BPF_K, 0),                               // 22
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, ETH_P_IP, 0, 7),                                      // 1: IPv4, else 9
+      BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 9),                                                    // 2: protocol
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kUdp, 0, 18),                                         // 3: else reject
+      BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 6),                     // 4: flags, fragment offset
+      BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, 0x1fff, 16, 0),       // 5: a later fragment: reject
+      BPF_STMT(BPF_LDX | BPF_B | BPF_MSH, 0),                    // 6: X = IPv4 header length
+      BPF_STMT(BPF_LD | BPF_H | BPF_IND, 2),                     // 7: UDP destination port
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, p, 12, 13),            // 8
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, ETH_P_IPV6, 0, 12),    // 9: IPv6, else reject
+      BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 6),                     // 10: next header
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kUdp, 0, 2),           // 11: else 14
+      BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 42),                    // 12: UDP destination port
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, p, 7, 8),              // 13
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kIpv6Fragment, 0, 7),  // 14: a fragment header, else reject
+      BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 40),                    // 15: its next header
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kUdp, 0, 5),           // 16
+      BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 42),                    // 17: fragment offset
+      BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, 0xfff8, 3, 0),        // 18: a later fragment: reject
+      BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 50),                    // 19: UDP destination port
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, p, 0, 1),              // 20
+      BPF_STMT(BPF_RET | BPF_K, kAccept),                        // 21
+      BPF_STMT(BPF_RET | BPF_K, 0),                              // 22
   };
 }
 
@@ -104,8 +104,8 @@ std::vector<CapturedIp> IpCapture::collect(Clock::time_point deadline) {
     if (ready <= 0) return out;
     sockaddr_ll from{};
     socklen_t from_length = sizeof from;
-    const ssize_t n = ::recvfrom(fd_, frame.data(), frame.size(), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from),
-                                 &from_length);
+    const ssize_t n =
+        ::recvfrom(fd_, frame.data(), frame.size(), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), &from_length);
     if (n <= 0) continue;
     // Loopback shows every packet twice, leaving and arriving.
     if (from.sll_pkttype == PACKET_OUTGOING) continue;

@@ -55,7 +55,8 @@ std::optional<std::string> LineChannel::read_line(std::optional<std::chrono::mil
     }
     if (buffer_.size() > max_line_) return std::nullopt;
     if (timeout) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       pollfd p{fd_, POLLIN, 0};
       const int ready = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(left.count(), 0)));
       if (ready < 0 && errno == EINTR) continue;

@@ -190,7 +190,8 @@ int main(int argc, char** argv) {
   app.add_option("--case", only, "run only cases whose id starts with this");
   app.add_option("--known-deviation", known_list,
                  "CASE/CHECK: a failure of this check is a known deviation of the target (XFAIL)");
-  app.add_option("--quiet-ms", quiet_ms, "how long to listen for a reaction that must not come")->check(CLI::Range(1u, 10'000u));
+  app.add_option("--quiet-ms", quiet_ms, "how long to listen for a reaction that must not come")
+      ->check(CLI::Range(1u, 10'000u));
   app.add_option("--reply-ms", reply_ms, "how long a required response may take")->check(CLI::Range(10u, 60'000u));
   app.add_flag("--list", list, "list the cases");
   CLI11_PARSE(app, argc, argv);
@@ -276,7 +277,8 @@ int main(int argc, char** argv) {
     std::random_device random;
     uint32_t epoch = 0;
     while (epoch == 0) epoch = random();
-    std::unique_ptr<WirePeer> peer = WirePeer::open(local_ip.empty() ? info.address : local_ip, target_home, epoch, error);
+    std::unique_ptr<WirePeer> peer =
+        WirePeer::open(local_ip.empty() ? info.address : local_ip, target_home, epoch, error);
     if (!peer) {
       std::fprintf(stderr, "metaroce-compliance: %s\n", error.c_str());
       if (launched) reap(launched->pid);
@@ -305,9 +307,8 @@ int main(int argc, char** argv) {
     std::map<std::string, size_t> findings_at_end;
     std::map<std::string, Outcome> outcomes;
     for (const CaseDef& d : cases) {
-      if (!only.empty() && std::none_of(only.begin(), only.end(), [&](const std::string& p) {
-            return std::string(d.id).starts_with(p);
-          }))
+      if (!only.empty() && std::none_of(only.begin(), only.end(),
+                                        [&](const std::string& p) { return std::string(d.id).starts_with(p); }))
         continue;
       CaseContext context(session, d.id, known);
       session.reset_policies();
@@ -339,7 +340,10 @@ int main(int argc, char** argv) {
       static constexpr const char* kNames[] = {"PASS", "FAIL", "XFAIL", "SKIP"};
       std::printf("%-5s %-7s %s (%zu checks)\n", kNames[o.kind], d.id, d.title, context.results().size());
       for (const CheckResult& r : o.failed) {
-        const char* what = r.name == kSkipCheck ? "skipped" : !r.known_deviation ? "failed" : r.ok ? "passed, but is listed as a known deviation" : "known deviation";
+        const char* what = r.name == kSkipCheck ? "skipped"
+                           : !r.known_deviation ? "failed"
+                           : r.ok               ? "passed, but is listed as a known deviation"
+                                                : "known deviation";
         std::printf("        %s/%s %s: %s\n", d.id, r.name.c_str(), what, r.detail.c_str());
       }
       std::fflush(stdout);

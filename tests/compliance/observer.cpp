@@ -116,8 +116,8 @@ void Observer::check_common(const Datagram&, std::span<const uint8_t> body) {
   if (c.version != raw::kWireVersion) file("C-2a", "version byte " + std::to_string(c.version));
   if (!known_type) file("C-2a", "type byte " + std::to_string(c.type));
   if (c.security != expect_.security)
-    file("C-2a", "security byte " + std::to_string(c.security) + " in a target of mode " +
-                     std::to_string(expect_.security));
+    file("C-2a",
+         "security byte " + std::to_string(c.security) + " in a target of mode " + std::to_string(expect_.security));
   if (c.path_id >= raw::kPathLimit) file("C-2a", "path_id " + std::to_string(c.path_id) + " is not below 64");
   if (c.home_port != expect_.target_home_port)
     file("C-2a", "home_port " + std::to_string(c.home_port) + " is not the target's " +
@@ -140,7 +140,8 @@ void Observer::check_common(const Datagram&, std::span<const uint8_t> body) {
   Numbers& n = it->second;
   if (first || c.packet_number < n.lowest) n.lowest = c.packet_number;
   if (!n.seen.insert(c.packet_number).second) {
-    file("C-2a", "packet_number " + std::to_string(c.packet_number) + " came twice under dst_epoch " + hex32(c.dst_epoch));
+    file("C-2a",
+         "packet_number " + std::to_string(c.packet_number) + " came twice under dst_epoch " + hex32(c.dst_epoch));
     return;
   }
   n.order.push_back(c.packet_number);
@@ -175,8 +176,8 @@ void Observer::check_data(const Datagram& d, std::span<const uint8_t> body) {
   if (flags & raw::kFlagRetransmit) ++seen_.retransmits;
   const size_t header = raw::data_header_bytes(op);
   if (body.size() < header) {
-    file("C-2a", name + " of " + std::to_string(body.size()) + " bytes is shorter than its " +
-                     std::to_string(header) + "-byte headers");
+    file("C-2a", name + " of " + std::to_string(body.size()) + " bytes is shorter than its " + std::to_string(header) +
+                     "-byte headers");
     return;
   }
   const uint32_t recv_index = raw::be32(body, raw::kRecvIndex);

@@ -42,15 +42,15 @@ class Observer {
   // What the target was seen to send.
   struct Seen {
     uint64_t datagrams = 0;
-    std::array<uint64_t, 7> types{};     // by common.type (1..6)
-    std::array<uint64_t, 9> opcodes{};   // data packets by opcode
-    std::array<uint64_t, 6> nak_kinds{}; // by kind (1..5)
-    uint64_t retransmits = 0;            // data packets flagged RETRANSMIT
-    uint64_t repeated_chunks = 0;        // data packets whose chunk was seen before
-    uint64_t multi_packet_messages = 0;  // messages seen with more than one offset
-    uint64_t reserved_fields = 0;        // reserved fields checked
-    uint64_t ecn_reported = 0;           // datagrams whose ECN field the kernel reported
-    size_t largest = 0;                  // the largest payload of a data packet
+    std::array<uint64_t, 7> types{};      // by common.type (1..6)
+    std::array<uint64_t, 9> opcodes{};    // data packets by opcode
+    std::array<uint64_t, 6> nak_kinds{};  // by kind (1..5)
+    uint64_t retransmits = 0;             // data packets flagged RETRANSMIT
+    uint64_t repeated_chunks = 0;         // data packets whose chunk was seen before
+    uint64_t multi_packet_messages = 0;   // messages seen with more than one offset
+    uint64_t reserved_fields = 0;         // reserved fields checked
+    uint64_t ecn_reported = 0;            // datagrams whose ECN field the kernel reported
+    size_t largest = 0;                   // the largest payload of a data packet
   };
   const Seen& seen() const { return seen_; }
   // The lowest packet number seen under each dst_epoch: 1 when the suite

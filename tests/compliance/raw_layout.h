@@ -76,10 +76,10 @@ bool carries_payload(uint8_t opcode);
 // ACK (section 4).
 inline constexpr size_t kAckPathBlocks = 20;
 inline constexpr size_t kAckStreamEntries = 21;
-inline constexpr size_t kAckReserved = 22;     // 2 bytes
+inline constexpr size_t kAckReserved = 22;  // 2 bytes
 inline constexpr size_t kAckRateHint = 24;
 inline constexpr size_t kAckDelay = 28;
-inline constexpr size_t kAckReserved2 = 32;    // 4 bytes
+inline constexpr size_t kAckReserved2 = 32;  // 4 bytes
 inline constexpr size_t kAckFixedBytes = 36;
 inline constexpr size_t kAckBlockBytes = 44;
 inline constexpr size_t kAckStreamBytes = 8;

@@ -72,8 +72,8 @@ std::vector<uint8_t> Session::data_body(uint8_t path, wire::DataHeader& header, 
                                         const uint64_t* original) {
   header.path_seq = take_seq(path);
   std::vector<uint8_t> out(wire::data_header_bytes(header.opcode) + payload.size());
-  const size_t at = wire::encode_data(out, wire::Origin(path, peer_->home_port()), header, read, atomic, original,
-                                      payload.size());
+  const size_t at =
+      wire::encode_data(out, wire::Origin(path, peer_->home_port()), header, read, atomic, original, payload.size());
   if (at == 0) throw CaseAbort("the engine's encoder refused a data packet");
   if (!payload.empty()) std::memcpy(out.data() + at, payload.data(), payload.size());  // an empty span may hold nullptr
   return out;
@@ -159,8 +159,8 @@ std::vector<Received> Session::pump(Clock::time_point deadline, const std::funct
       observer_.inspect(*r.datagram);
       const std::span<const uint8_t> bytes(r.datagram->bytes);
       if (bytes.size() >= wire::kCommonHeaderBytes + wire::kIntegrityTrailerBytes && transport::check_integrity(bytes))
-        r.decoded = wire::decode(bytes.first(bytes.size() - wire::kIntegrityTrailerBytes), r.packet) ==
-                    wire::DecodeStatus::Ok;
+        r.decoded =
+            wire::decode(bytes.first(bytes.size() - wire::kIntegrityTrailerBytes), r.packet) == wire::DecodeStatus::Ok;
       handle(r, data_in_batch);
       out.push_back(r);
       if (stop && stop(r)) {

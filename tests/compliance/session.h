@@ -62,15 +62,15 @@ struct InboundMessage {
   std::vector<uint8_t> bytes;        // payload placed by offset
   std::map<uint32_t, uint32_t> got;  // offset -> length of the chunks received
   bool complete = false;
-  bool answered = false;             // READ_RESP / ATOMIC_RESP sent
+  bool answered = false;  // READ_RESP / ATOMIC_RESP sent
 };
 
 // One of the suite's QPs and the target QP connected to it.
 struct SuiteQp {
-  uint32_t qpn = 0;          // the suite's number
+  uint32_t qpn = 0;  // the suite's number
   uint32_t target_qpn = 0;
-  uint32_t next_msn = 0;     // the suite's next request
-  uint32_t next_recv_index = 0;  // ordinal of the target receive WQE the next SEND consumes
+  uint32_t next_msn = 0;          // the suite's next request
+  uint32_t next_recv_index = 0;   // ordinal of the target receive WQE the next SEND consumes
   uint32_t target_first_msn = 0;  // the msn of the target's first request
   uint32_t target_completed = 0;  // the target's requests completed at the suite (serial)
   bool target_completed_any = false;

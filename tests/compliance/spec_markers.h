@@ -14,8 +14,8 @@
 namespace metaroce::compliance {
 
 struct MustStatement {
-  size_t line = 0;         // 1-based line of the MUST
-  std::string excerpt;     // the words around it
+  size_t line = 0;      // 1-based line of the MUST
+  std::string excerpt;  // the words around it
   std::vector<std::string> cases;
 };
 

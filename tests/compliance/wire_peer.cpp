@@ -58,8 +58,8 @@ int open_socket(const sockaddr_storage& local, uint16_t& port, std::string& erro
 
 }  // namespace
 
-std::unique_ptr<WirePeer> WirePeer::open(const std::string& local_ip, const sockaddr_storage& target,
-                                         uint32_t epoch, std::string& error) {
+std::unique_ptr<WirePeer> WirePeer::open(const std::string& local_ip, const sockaddr_storage& target, uint32_t epoch,
+                                         std::string& error) {
   std::unique_ptr<WirePeer> peer(new WirePeer());
   peer->local_ip_ = local_ip;
   peer->target_ = target;

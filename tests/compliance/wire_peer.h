@@ -37,8 +37,8 @@ class WirePeer {
  public:
   // Opens the home socket on `local_ip` (any free port) for talking to the
   // endpoint whose home address is `target`. Null with `error` on failure.
-  static std::unique_ptr<WirePeer> open(const std::string& local_ip, const sockaddr_storage& target,
-                                        uint32_t epoch, std::string& error);
+  static std::unique_ptr<WirePeer> open(const std::string& local_ip, const sockaddr_storage& target, uint32_t epoch,
+                                        std::string& error);
   ~WirePeer();
   WirePeer(const WirePeer&) = delete;
   WirePeer& operator=(const WirePeer&) = delete;

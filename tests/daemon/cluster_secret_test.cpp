@@ -79,9 +79,10 @@ TEST(PairKeys, BothEndsDeriveTheSameKeyWithOppositeRoles) {
   ASSERT_TRUE(mapped);
   EXPECT_EQ(mapped->key, ab->key);
   // Any other endpoint, port or secret gives another key.
-  for (const auto& other : {derive_pair_key(secret, "10.0.0.1", 4794, "10.0.0.2", 4793, error),
-                            derive_pair_key(secret, "10.0.0.3", 4792, "10.0.0.2", 4793, error),
-                            derive_pair_key(std::vector<uint8_t>(32, 0x43), "10.0.0.1", 4792, "10.0.0.2", 4793, error)}) {
+  for (const auto& other :
+       {derive_pair_key(secret, "10.0.0.1", 4794, "10.0.0.2", 4793, error),
+        derive_pair_key(secret, "10.0.0.3", 4792, "10.0.0.2", 4793, error),
+        derive_pair_key(std::vector<uint8_t>(32, 0x43), "10.0.0.1", 4792, "10.0.0.2", 4793, error)}) {
     ASSERT_TRUE(other);
     EXPECT_NE(other->key, ab->key);
   }

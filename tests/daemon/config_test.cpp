@@ -69,7 +69,8 @@ min_window_bytes = 4096
 max_window_bytes = 1048576
 initial_window_bytes = 65536
 rate_hint_utilization = 0.9
-)", "t");
+)",
+                                      "t");
   ASSERT_TRUE(r.config) << format_errors(r, "t");
   const Config& c = *r.config;
   EXPECT_EQ(c.log_level, "debug");

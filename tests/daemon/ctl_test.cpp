@@ -65,30 +65,34 @@ TEST(Ctl, RefusesMalformedMessages) {
 }
 
 TEST(Ctl, RefusesBadFields) {
-  EXPECT_NE(refusal(R"({"v":1,"type":"lease","address":"a","paths":4})").find("missing field 'pid'"), std::string::npos);
+  EXPECT_NE(refusal(R"({"v":1,"type":"lease","address":"a","paths":4})").find("missing field 'pid'"),
+            std::string::npos);
   EXPECT_NE(refusal(R"({"v":1,"type":"lease","pid":-3,"address":"a","paths":4})").find("'pid'"), std::string::npos);
-  EXPECT_NE(refusal(R"({"v":1,"type":"lease","pid":1,"address":"a","paths":65})").find("out of range"), std::string::npos);
-  EXPECT_NE(refusal(R"({"v":1,"type":"lease","pid":1,"address":"a","paths":0})").find("out of range"), std::string::npos);
+  EXPECT_NE(refusal(R"({"v":1,"type":"lease","pid":1,"address":"a","paths":65})").find("out of range"),
+            std::string::npos);
+  EXPECT_NE(refusal(R"({"v":1,"type":"lease","pid":1,"address":"a","paths":0})").find("out of range"),
+            std::string::npos);
   EXPECT_NE(refusal(R"({"v":1,"type":"lease","pid":1,"address":7,"paths":4})").find("string"), std::string::npos);
-  EXPECT_NE(refusal(R"({"v":1,"type":"peer_ports","home_port":4800,"dest":"a","paths":4,"dport":70000})")
-                .find("dport"),
+  EXPECT_NE(refusal(R"({"v":1,"type":"peer_ports","home_port":4800,"dest":"a","paths":4,"dport":70000})").find("dport"),
             std::string::npos);
   EXPECT_NE(refusal(R"({"v":1,"type":"peer_ports","home_port":4800,"dest":"a"})").find("missing field 'paths'"),
             std::string::npos);
-  EXPECT_NE(refusal(R"({"v":1,"type":"peer_ports_ok","dest":"a","spread":"x","source_ports":[1,0]})")
-                .find("bad port"),
+  EXPECT_NE(refusal(R"({"v":1,"type":"peer_ports_ok","dest":"a","spread":"x","source_ports":[1,0]})").find("bad port"),
             std::string::npos);
   EXPECT_NE(refusal(R"({"v":1,"type":"paths","dest":"x","refresh":"yes"})").find("refresh"), std::string::npos);
-  EXPECT_NE(refusal(R"({"v":1,"type":"report","home_port":4792,"counters":{"a":"b"},"connections":[]})").find("counter"),
-            std::string::npos);
+  EXPECT_NE(
+      refusal(R"({"v":1,"type":"report","home_port":4792,"counters":{"a":"b"},"connections":[]})").find("counter"),
+      std::string::npos);
   EXPECT_NE(refusal(R"({"v":1,"type":"policy","class":"x","policy":{"ecn_gain":3}})").find("ecn_gain"),
             std::string::npos);
   EXPECT_NE(refusal(R"({"v":1,"type":"policy","class":"x","policy":{"min_window_bytes":9,"max_window_bytes":8}})")
                 .find("exceeds"),
             std::string::npos);
-  EXPECT_NE(refusal(R"({"v":1,"type":"lease_ok","home_port":4792,"stats_interval_ms":0,"block_first":20000,"block_size":64,"source_ports":[],"policy":{}})")
-                .find("source_ports"),
-            std::string::npos);
+  EXPECT_NE(
+      refusal(
+          R"({"v":1,"type":"lease_ok","home_port":4792,"stats_interval_ms":0,"block_first":20000,"block_size":64,"source_ports":[],"policy":{}})")
+          .find("source_ports"),
+      std::string::npos);
 }
 
 TEST(Ctl, PolicyRoundTripsAndAppliesOnlyItsFields) {

@@ -193,10 +193,14 @@ TEST(Metaroced, BadRequestsGetClearErrorsAndTheDaemonKeepsServing) {
   EXPECT_NE(error_of(fd, R"({"v":1,"type":"report","home_port":4792,"counters":{},"connections":[]})")
                 .find("report before lease"),
             std::string::npos);
-  EXPECT_NE(error_of(fd, R"({"v":1,"type":"lease_ok","home_port":1,"stats_interval_ms":0,"block_first":1,"block_size":1,"source_ports":[1],"policy":{}})")
-                .find("sent by the daemon"),
+  EXPECT_NE(
+      error_of(
+          fd,
+          R"({"v":1,"type":"lease_ok","home_port":1,"stats_interval_ms":0,"block_first":1,"block_size":1,"source_ports":[1],"policy":{}})")
+          .find("sent by the daemon"),
+      std::string::npos);
+  EXPECT_NE(error_of(fd, R"({"v":1,"type":"paths","dest":"not-an-ip"})").find("not an IPv4 address"),
             std::string::npos);
-  EXPECT_NE(error_of(fd, R"({"v":1,"type":"paths","dest":"not-an-ip"})").find("not an IPv4 address"), std::string::npos);
   // None of that leased anything, and the same connection still works.
   ASSERT_TRUE(send_raw(fd, ctl::encode(ctl::make(ctl::Type::Status))));
   auto m = receive(fd);
@@ -297,7 +301,8 @@ TEST(Metaroced, ConcurrentProcessesGetDisjointLeasesAndKill9ReturnsThem) {
   for (pid_t c : children)
     if (c != victim) ::kill(c, SIGKILL), ::waitpid(c, nullptr, 0);
   const auto until2 = Clock::now() + std::chrono::seconds(10);
-  while (!d.status()["leases"].empty() && Clock::now() < until2) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  while (!d.status()["leases"].empty() && Clock::now() < until2)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   s = d.status();
   EXPECT_TRUE(s["leases"].empty());
   EXPECT_EQ(s["free_blocks"], before["free_blocks"]);
@@ -409,7 +414,8 @@ TEST(Metaroced, AuthenticateModeHandsOutPairKeysOnlyForTheConnectionsOwnLease) {
   ASSERT_EQ(::chmod(secret.c_str(), 0644), 0);
   const std::string toml = dir + "/metaroced.toml";
   std::ofstream(toml) << config;
-  const std::string cmd = std::string(METAROCED) + " --config " + toml + " --socket " + dir + "/s.sock 2>" + dir + "/err";
+  const std::string cmd =
+      std::string(METAROCED) + " --config " + toml + " --socket " + dir + "/s.sock 2>" + dir + "/err";
   EXPECT_NE(std::system(cmd.c_str()), 0);
   std::ifstream err(dir + "/err");
   const std::string text((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
@@ -550,7 +556,8 @@ TEST(Metaroced, CheckConfigReportsLinesAndExitStatus) {
   ASSERT_TRUE(std::fgets(line, sizeof line, p));
   EXPECT_EQ(WEXITSTATUS(::pclose(p)), 1);
   EXPECT_EQ(std::string(line), dir + "/bad.toml:3: error: unknown key 'verbose' in [daemon]\n");
-  const std::string ok = std::string(METAROCED) + " --check-config " METAROCE_SOURCE_ROOT "/packaging/metaroced.toml >/dev/null";
+  const std::string ok =
+      std::string(METAROCED) + " --check-config " METAROCE_SOURCE_ROOT "/packaging/metaroced.toml >/dev/null";
   EXPECT_EQ(WEXITSTATUS(std::system(ok.c_str())), 0);
   std::filesystem::remove_all(dir);
 }

@@ -21,7 +21,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (p.block_size == 0 || p.block_size > p.source_count) std::abort();
   if (p.paths_per_connection > p.block_size) std::abort();
   if (uint32_t{p.home_first} + p.home_count > 65536 || uint32_t{p.source_first} + p.source_count > 65536) std::abort();
-  if (p.home_first < uint32_t{p.source_first} + p.source_count && p.source_first < uint32_t{p.home_first} + p.home_count)
+  if (p.home_first < uint32_t{p.source_first} + p.source_count &&
+      p.source_first < uint32_t{p.home_first} + p.home_count)
     std::abort();
   for (const auto& [name, policy] : c.classes) {
     if (policy.ecn_gain && !(*policy.ecn_gain > 0 && *policy.ecn_gain <= 1)) std::abort();

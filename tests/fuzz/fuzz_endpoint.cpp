@@ -954,10 +954,8 @@ void World::deliver(Side& to, PeerId from, std::span<const uint8_t> datagram, bo
     }
     if (const auto at = to.arena.changed_since_snapshot())
       fail("%s: a dropped datagram (%s) changed memory at offset %zu", to.name, dropped, *at);
-    if (to.ep->next_wakeup() != wake_before)
-      fail("%s: a dropped datagram (%s) changed next_wakeup", to.name, dropped);
-    if (to.completions != completions_before)
-      fail("%s: a dropped datagram (%s) completed work", to.name, dropped);
+    if (to.ep->next_wakeup() != wake_before) fail("%s: a dropped datagram (%s) changed next_wakeup", to.name, dropped);
+    if (to.completions != completions_before) fail("%s: a dropped datagram (%s) completed work", to.name, dropped);
     if (heap_after != heap_before)
       fail("%s: a dropped datagram (%s) left %lld bytes allocated", to.name, dropped,
            static_cast<long long>(heap_after - heap_before));
@@ -1431,9 +1429,8 @@ struct Stats {
   }
   ~Stats() {
     if (!on) return;
-    nlohmann::ordered_json summary = {{"inputs", inputs},
-                                      {"largest_heap_growth_bytes", max_heap_growth},
-                                      {"heap_bound_bytes", kHeapBound}};
+    nlohmann::ordered_json summary = {
+        {"inputs", inputs}, {"largest_heap_growth_bytes", max_heap_growth}, {"heap_bound_bytes", kHeapBound}};
     for (size_t i = 0; i < kCounters; ++i) {
       summary["B"][tp::kEndpointCounterInfo[i].name] = sums[0][i];
       summary["A"][tp::kEndpointCounterInfo[i].name] = sums[1][i];

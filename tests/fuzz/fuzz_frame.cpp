@@ -53,7 +53,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // As a body to seal.
   if (size >= wire::kCommonHeaderBytes && size < 65536) {
-    for (const wire::Security mode : {wire::Security::Integrity, wire::Security::Authenticate, wire::Security::Encrypt}) {
+    for (const wire::Security mode :
+         {wire::Security::Integrity, wire::Security::Authenticate, wire::Security::Encrypt}) {
       std::vector<uint8_t> d(in.begin(), in.end());
       d.resize(size + wire::trailer_bytes(mode));
       wire::stamp_common(d, mode, 0x01020304, 0x05060708, static_cast<uint32_t>(number));

@@ -20,8 +20,8 @@ using namespace metaroce::wire;
   std::abort();
 }
 
-#define CHECK_EQ_FIELD(a, b, field) \
-  do {                              \
+#define CHECK_EQ_FIELD(a, b, field)           \
+  do {                                        \
     if ((a).field != (b).field) fail(#field); \
   } while (0)
 
@@ -49,15 +49,11 @@ void compare_data(const Packet& a, const Packet& b) {
       CHECK_EQ_FIELD(a, b, atomic.compare_add);
       CHECK_EQ_FIELD(a, b, atomic.swap);
       break;
-    case Opcode::AtomicResponse:
-      CHECK_EQ_FIELD(a, b, atomic_original);
-      break;
-    default:
-      break;
+    case Opcode::AtomicResponse: CHECK_EQ_FIELD(a, b, atomic_original); break;
+    default: break;
   }
   if (a.payload.size() != b.payload.size()) fail("payload size");
-  if (!a.payload.empty() &&
-      std::memcmp(a.payload.data(), b.payload.data(), a.payload.size()) != 0) {
+  if (!a.payload.empty() && std::memcmp(a.payload.data(), b.payload.data(), a.payload.size()) != 0) {
     fail("payload bytes");
   }
 }
@@ -100,8 +96,7 @@ void compare_ud(const Packet& a, const Packet& b) {
   CHECK_EQ_FIELD(a, b, ud.qkey);
   CHECK_EQ_FIELD(a, b, ud.imm);
   CHECK_EQ_FIELD(a, b, ud.has_imm);
-  if (a.payload.size() != b.payload.size() ||
-      std::memcmp(a.payload.data(), b.payload.data(), a.payload.size()) != 0) {
+  if (a.payload.size() != b.payload.size() || std::memcmp(a.payload.data(), b.payload.data(), a.payload.size()) != 0) {
     fail("UD payload bytes");
   }
 }
@@ -114,8 +109,7 @@ std::vector<uint8_t> reencode(const Packet& p) {
     case PacketType::Data: {
       const size_t hdr = data_header_bytes(p.data.opcode);
       out.resize(hdr + p.payload.size());
-      const size_t n = encode_data(out, origin, p.data, &p.read, &p.atomic,
-                                   &p.atomic_original, p.payload.size());
+      const size_t n = encode_data(out, origin, p.data, &p.read, &p.atomic, &p.atomic_original, p.payload.size());
       if (n != hdr) fail("encode_data length");
       if (!p.payload.empty()) std::memcpy(out.data() + hdr, p.payload.data(), p.payload.size());
       break;

@@ -75,8 +75,7 @@ std::vector<Bytes> valid_packets() {
     for (uint32_t salt : {0u, 1u, 2u}) {
       for (size_t payload : {size_t{0}, size_t{1}, size_t{64}}) {
         if (!carries_payload(static_cast<Opcode>(op)) && payload != 0) continue;
-        Bytes b = data_packet(static_cast<Opcode>(op), static_cast<uint16_t>(salt * 21), salt,
-                              payload);
+        Bytes b = data_packet(static_cast<Opcode>(op), static_cast<uint16_t>(salt * 21), salt, payload);
         // An empty payload is only valid for an empty message.
         if (carries_payload(static_cast<Opcode>(op)) && payload == 0) {
           DataHeader h;
@@ -147,9 +146,8 @@ std::vector<Bytes> valid_packets() {
 }
 
 uint8_t interesting_byte(SplitMix& rng) {
-  static constexpr uint8_t kValues[] = {0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,
-                                        0x08, 0x09, 0x10, 0x11, 0x20, 0x21, 0x3F, 0x40,
-                                        0x41, 0x7F, 0x80, 0xFE, 0xFF};
+  static constexpr uint8_t kValues[] = {0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x10,
+                                        0x11, 0x20, 0x21, 0x3F, 0x40, 0x41, 0x7F, 0x80, 0xFE, 0xFF};
   if (rng.below(2) == 0) return kValues[rng.below(sizeof(kValues))];
   return static_cast<uint8_t>(rng.next());
 }

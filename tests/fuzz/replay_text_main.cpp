@@ -32,8 +32,9 @@ void collect(const std::filesystem::path& path, std::vector<replay::Bytes>& seed
 replay::Bytes mutate(const std::vector<replay::Bytes>& seeds, replay::SplitMix& rng) {
   replay::Bytes b = seeds[rng.below(seeds.size())];
   const int edits = 1 + static_cast<int>(rng.below(4));
-  static const char* kTokens[] = {"\"", "[", "]", "{", "}", "=", ",", ":", "\n", "-1", "1e308", "null", "true",
-                                  "\\u0000", "[[", "\"\"\"", "#", "4294967296", "\xff", "0x7fffffff"};
+  static const char* kTokens[] = {"\"", "[",      "]",  "{",          "}",    "=",         ",",
+                                  ":",  "\n",     "-1", "1e308",      "null", "true",      "\\u0000",
+                                  "[[", "\"\"\"", "#",  "4294967296", "\xff", "0x7fffffff"};
   for (int e = 0; e < edits; ++e) {
     const size_t at = rng.below(b.size() + 1);
     switch (rng.below(6)) {
@@ -46,22 +47,24 @@ replay::Bytes mutate(const std::vector<replay::Bytes>& seeds, replay::SplitMix& 
         break;
       }
       case 2:
-        if (at < b.size()) b.erase(b.begin() + static_cast<std::ptrdiff_t>(at), b.begin() + static_cast<std::ptrdiff_t>(std::min(b.size(), at + 1 + rng.below(16))));
+        if (at < b.size())
+          b.erase(b.begin() + static_cast<std::ptrdiff_t>(at),
+                  b.begin() + static_cast<std::ptrdiff_t>(std::min(b.size(), at + 1 + rng.below(16))));
         break;
-      case 3:
-        b.resize(at);
-        break;
+      case 3: b.resize(at); break;
       case 4: {
         const replay::Bytes& other = seeds[rng.below(seeds.size())];
         const size_t from = rng.below(other.size() + 1);
-        b.insert(b.begin() + static_cast<std::ptrdiff_t>(at), other.begin() + static_cast<std::ptrdiff_t>(from), other.end());
+        b.insert(b.begin() + static_cast<std::ptrdiff_t>(at), other.begin() + static_cast<std::ptrdiff_t>(from),
+                 other.end());
         break;
       }
       case 5: {
         if (b.empty()) break;
         const size_t from = rng.below(b.size());
         const size_t len = 1 + rng.below(std::min<size_t>(8, b.size() - from));
-        const replay::Bytes slice(b.begin() + static_cast<std::ptrdiff_t>(from), b.begin() + static_cast<std::ptrdiff_t>(from + len));
+        const replay::Bytes slice(b.begin() + static_cast<std::ptrdiff_t>(from),
+                                  b.begin() + static_cast<std::ptrdiff_t>(from + len));
         const size_t times = 1 + rng.below(400);
         for (size_t i = 0; i < times && b.size() < 200000; ++i) b.insert(b.end(), slice.begin(), slice.end());
         break;

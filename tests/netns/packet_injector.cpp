@@ -38,8 +38,8 @@
 namespace {
 
 enum Kind { kBitFlip, kTruncate, kExtend, kOverwrite4, kOverwrite8, kReplay, kGarbage, kKinds };
-constexpr const char* kKindNames[kKinds] = {"bit_flip", "truncate", "extend", "overwrite4",
-                                            "overwrite8", "replay", "garbage"};
+constexpr const char* kKindNames[kKinds] = {"bit_flip",   "truncate", "extend", "overwrite4",
+                                            "overwrite8", "replay",   "garbage"};
 constexpr size_t kSenders = 4;  // own sockets, i.e. other source ports than the transfer's
 
 volatile sig_atomic_t g_stop = 0;
@@ -151,8 +151,8 @@ int main(int argc, char** argv) {
     if (::poll(&p, 1, 100) <= 0) continue;
     sockaddr_ll from{};
     socklen_t from_len = sizeof from;
-    const ssize_t n = ::recvfrom(sniffer, frame.data(), frame.size(), MSG_DONTWAIT,
-                                 reinterpret_cast<sockaddr*>(&from), &from_len);
+    const ssize_t n =
+        ::recvfrom(sniffer, frame.data(), frame.size(), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), &from_len);
     if (n < static_cast<ssize_t>(sizeof(iphdr) + sizeof(udphdr)) || from.sll_pkttype != PACKET_OUTGOING ||
         from.sll_protocol != htons(ETH_P_IP))
       continue;

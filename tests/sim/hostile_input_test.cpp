@@ -17,13 +17,13 @@
 namespace metaroce::sim {
 namespace {
 
+using testing::addr;
 using transport::Completion;
 using transport::PostResult;
 using transport::RecvWr;
 using transport::SendWr;
 using transport::WcStatus;
 using transport::WrOpcode;
-using testing::addr;
 
 // A's buffer is the source of what A sends, B's the sink.
 class HostileInput : public testing::TwoHostTest {

@@ -178,7 +178,8 @@ TEST(LeafSpine, FailedSpineLinkAndPlaneDropExactlyTheirTraffic) {
   c.fabric.fail_spine_link(0, 0, 1, 20'000, 40'000);
   c.fabric.fail_plane(1, 0, 100'000);
   for (uint32_t i = 0; i < 100; ++i)
-    for (uint16_t f = 0; f < 16; ++f) c.hosts[0]->send_at(i * 1'000, c.nodes[4], static_cast<uint16_t>(50000 + f), 4792, 500, i);
+    for (uint16_t f = 0; f < 16; ++f)
+      c.hosts[0]->send_at(i * 1'000, c.nodes[4], static_cast<uint16_t>(50000 + f), 4792, 500, i);
   c.sim.run_until(kNever);
   const LinkStats& failed = c.sim.stats(c.fabric.spine_uplink(0, 0, 1));
   ASSERT_GT(failed.packets_in, 0u);
@@ -190,7 +191,8 @@ TEST(LeafSpine, FailedSpineLinkAndPlaneDropExactlyTheirTraffic) {
   EXPECT_EQ(c.fabric.totals().dropped_blackhole, failed.dropped_blackhole);
   uint32_t busiest = 0;
   for (uint32_t s = 1; s < 4; ++s)
-    if (c.sim.stats(c.fabric.spine_uplink(0, 0, s)).bytes_in > c.sim.stats(c.fabric.spine_uplink(0, 0, busiest)).bytes_in)
+    if (c.sim.stats(c.fabric.spine_uplink(0, 0, s)).bytes_in >
+        c.sim.stats(c.fabric.spine_uplink(0, 0, busiest)).bytes_in)
       busiest = s;
   EXPECT_EQ(c.fabric.busiest_spine(0, 0), busiest);
   EXPECT_GT(c.sim.stats(c.fabric.spine_uplink(0, 0, busiest)).bytes_in, 0u);

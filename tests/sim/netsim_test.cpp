@@ -60,7 +60,6 @@ class SpinHost : public Host {
   uint64_t transmit_calls = 0;
 };
 
-
 // ------------------------------------------------------------ links
 
 TEST(NetsimLink, OnePacketSerializationPlusPropagationIsExact) {
@@ -199,9 +198,9 @@ TEST(NetsimLink, EcnMarksExactlyWhenBacklogExceedsThreshold) {
     std::vector<bool> expect;
   };
   // Six 1000-byte packets at t=0 on a 1 B/ns link find backlogs 0..5000.
-  for (const Case& c : {Case{2'500, {false, false, false, true, true, true}},
-                        Case{3'000, {false, false, false, false, true, true}},
-                        Case{0, {false, true, true, true, true, true}}}) {
+  for (const Case& c :
+       {Case{2'500, {false, false, false, true, true, true}}, Case{3'000, {false, false, false, false, true, true}},
+        Case{0, {false, true, true, true, true, true}}}) {
     LinkParams p = rate_link(8'000'000'000, 1'000);
     p.ecn_threshold_bytes = c.threshold;
     Pair t(1, p);
@@ -462,8 +461,7 @@ TEST(NetsimRouting, TwoTierTopologyRoutesBothWays) {
   sim.add_route(S2, A, down);
   sim.add_route(S1, A, {s1_a});
   constexpr uint32_t kPackets = 2'000;
-  for (uint32_t i = 0; i < kPackets; ++i)
-    a.send_at(i * 50, B, static_cast<uint16_t>(10'000 + i % 500), 4791, 1'000, i);
+  for (uint32_t i = 0; i < kPackets; ++i) a.send_at(i * 50, B, static_cast<uint16_t>(10'000 + i % 500), 4791, 1'000, i);
   a.send_at(0, C, 1, 1, 100);  // S1 has no route to C
   sim.run_until(kNever);
   EXPECT_EQ(b.received, kPackets);
@@ -494,8 +492,9 @@ TEST(NetsimRouting, FirstPacketLatencyThroughTwoTiers) {
   const NodeId S1 = sim.add_switch();
   const NodeId S2 = sim.add_switch();
   sim.add_route(A, B, {sim.add_link(A, S1, rate_link(400'000'000'000, 500))});
-  sim.add_route(S1, B, {sim.add_link(S1, S2, rate_link(100'000'000'000, 2'000)),
-                        sim.add_link(S1, S2, rate_link(100'000'000'000, 2'000))});
+  sim.add_route(S1, B,
+                {sim.add_link(S1, S2, rate_link(100'000'000'000, 2'000)),
+                 sim.add_link(S1, S2, rate_link(100'000'000'000, 2'000))});
   sim.add_route(S2, B, {sim.add_link(S2, B, rate_link(400'000'000'000, 500))});
   a.send_at(10, B, 1, 2, 1'000);
   sim.run_until(kNever);
@@ -507,8 +506,7 @@ TEST(NetsimRouting, FirstPacketLatencyThroughTwoTiers) {
 // ------------------------------------------------------------ determinism
 
 struct RunResult {
-  std::vector<std::tuple<uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,
-                         uint64_t, uint64_t>>
+  std::vector<std::tuple<uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t>>
       stats;
   uint64_t events = 0;
   std::vector<std::pair<Time, uint32_t>> log;
@@ -540,8 +538,7 @@ RunResult run_lossy_scenario(uint64_t seed) {
   sim.add_route(S2, B, {sim.add_link(S2, B, rate_link(400'000'000'000, 500))});
   sim.add_route(S1, B, up);
   sim.add_route(S2, A, down);
-  for (uint32_t i = 0; i < 5'000; ++i)
-    a.send_at(i * 30, B, static_cast<uint16_t>(i % 97), 4791, 1'500, i);
+  for (uint32_t i = 0; i < 5'000; ++i) a.send_at(i * 30, B, static_cast<uint16_t>(i % 97), 4791, 1'500, i);
   sim.run_until(kNever);
   RunResult r;
   for (LinkId l = 0; l < sim.link_count(); ++l) r.stats.push_back(stats_tuple(sim.stats(l)));
@@ -748,18 +745,17 @@ TEST(NetsimBenchmark, Saturating4x100GScenario) {
     const NodeId A = sim.add_host(a);
     const NodeId B = sim.add_host(b);
     ASSERT_EQ(B, 1u);
-    const auto paths =
-        sim.connect_parallel(A, B, std::vector<LinkParams>(4, rate_link(100'000'000'000, 4'000)));
+    const auto paths = sim.connect_parallel(A, B, std::vector<LinkParams>(4, rate_link(100'000'000'000, 4'000)));
     const auto t0 = std::chrono::steady_clock::now();  // reporting only, never asserted
     ASSERT_TRUE(sim.run_until([&] { return a.done(); }, 1'000'000'000));
     const auto t1 = std::chrono::steady_clock::now();
     const double wall = std::chrono::duration<double>(t1 - t0).count();
     const double gbps = 8.0 * static_cast<double>(size) * kPackets / static_cast<double>(a.last_ack());
     const double eps = static_cast<double>(sim.events_processed()) / wall;
-    std::printf("[netsim bench] %u x %zu B over 4x100G: %llu events in %.3f s wall = %.2f M events/s; "
-                "virtual goodput %.1f Gb/s\n",
-                kPackets, size, static_cast<unsigned long long>(sim.events_processed()), wall,
-                eps / 1e6, gbps);
+    std::printf(
+        "[netsim bench] %u x %zu B over 4x100G: %llu events in %.3f s wall = %.2f M events/s; "
+        "virtual goodput %.1f Gb/s\n",
+        kPackets, size, static_cast<unsigned long long>(sim.events_processed()), wall, eps / 1e6, gbps);
     EXPECT_GT(gbps, 380.0);  // the window covers the BDP: near 400 Gb/s
     for (LinkId l : paths.forward) EXPECT_EQ(sim.stats(l).dropped_queue, 0u);
     EXPECT_EQ(sim.unroutable(), 0u);

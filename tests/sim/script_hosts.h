@@ -39,12 +39,10 @@ struct Received {
 // Sends scripted datagrams at scripted times; records what it receives.
 class ScriptHost : public Host {
  public:
-  void send_at(Time t, NodeId dst, uint16_t sport, uint16_t dport, size_t size, uint32_t seq = 0,
-               uint16_t egress = 0) {
+  void send_at(Time t, NodeId dst, uint16_t sport, uint16_t dport, size_t size, uint32_t seq = 0, uint16_t egress = 0) {
     Datagram d = make_datagram(dst, sport, dport, size, seq);
     d.egress = egress;
-    auto pos = std::upper_bound(outbox_.begin(), outbox_.end(), t,
-                                [](Time v, const auto& e) { return v < e.first; });
+    auto pos = std::upper_bound(outbox_.begin(), outbox_.end(), t, [](Time v, const auto& e) { return v < e.first; });
     outbox_.insert(pos, {t, std::move(d)});
   }
   void receive(Time now, Datagram&& d) override { inbox.push_back({now, std::move(d)}); }
@@ -70,8 +68,7 @@ class EchoHost : public Host {
   explicit EchoHost(size_t reply_size = 0) : reply_size_(reply_size) {}
   void receive(Time, Datagram&& d) override {
     ++received;
-    Datagram r = make_datagram(d.src, d.dst_port, d.src_port,
-                               reply_size_ ? reply_size_ : d.payload.size(), seq_of(d));
+    Datagram r = make_datagram(d.src, d.dst_port, d.src_port, reply_size_ ? reply_size_ : d.payload.size(), seq_of(d));
     pending_.push_back(std::move(r));
   }
   void on_timer(Time) override {}
@@ -114,8 +111,8 @@ struct Pair {
 };
 
 inline auto stats_tuple(const LinkStats& s) {
-  return std::make_tuple(s.packets_in, s.bytes_in, s.delivered, s.dropped_loss, s.dropped_queue,
-                         s.dropped_blackhole, s.duplicated, s.ce_marked, s.max_backlog_bytes);
+  return std::make_tuple(s.packets_in, s.bytes_in, s.delivered, s.dropped_loss, s.dropped_queue, s.dropped_blackhole,
+                         s.duplicated, s.ce_marked, s.max_backlog_bytes);
 }
 
 }  // namespace metaroce::sim::testing

@@ -76,7 +76,7 @@ TEST(TransferScenarios, RoceV2ProfileIsCorrectUnderLoss) {
 TEST(TransferScenarios, ReorderingAcrossPathsCausesNoSpuriousRetransmission) {
   WriteTransferSpec spec = base_spec(Profile::MetaRoCE, 0);
   spec.rig.extra_delay_ns = {0, 1'500, 3'000, 6'000};  // paths differ by up to 6 us
-  spec.rig.jitter_ns = 2'000;                           // per-packet jitter, FIFO per path
+  spec.rig.jitter_ns = 2'000;                          // per-packet jitter, FIFO per path
   const WriteTransferResult r = run_write_transfer(spec);
   ASSERT_TRUE(r.completed);
   EXPECT_TRUE(r.data_intact);
@@ -138,8 +138,8 @@ struct OneWayBlackhole {
 
 void blackhole_links(TwoHostRig& rig, const OneWayBlackhole& holes, Time start) {
   for (size_t i = 0; i < rig.links().forward.size(); ++i) {
-    for (const auto& [mask, link] : {std::pair{holes.data_links, rig.links().forward[i]},
-                                     std::pair{holes.ack_links, rig.links().reverse[i]}}) {
+    for (const auto& [mask, link] :
+         {std::pair{holes.data_links, rig.links().forward[i]}, std::pair{holes.ack_links, rig.links().reverse[i]}}) {
       if (!(mask & (1u << i))) continue;
       LinkParams params = rig.sim().link(link);
       params.blackholes.emplace_back(start, kNever);
@@ -171,7 +171,8 @@ TEST_P(DeadPathTest, DeadPathsAreFailedAndTheOthersKeepTheirGoodput) {
   const unsigned dead = static_cast<unsigned>(__builtin_popcount(holes.data_links));
   EXPECT_EQ(r.sender.path_failures, dead);
   for (const auto& path : r.sender_paths)
-    EXPECT_EQ(path.health == PathHealth::Failed, ((holes.data_links >> path.path_id) & 1) != 0) << "path " << path.path_id;
+    EXPECT_EQ(path.health == PathHealth::Failed, ((holes.data_links >> path.path_id) & 1) != 0)
+        << "path " << path.path_id;
   // The rest of the transfer at the surviving paths' share of the clean
   // rate, with 5% for detection.
   const double rest = static_cast<double>(clean.duration_ns - start) * 4 / (4 - dead);
@@ -248,7 +249,8 @@ TEST(TransferScenarios, AckPathsThePeerDoesNotHearAreLeftOut) {
   uint64_t lost_acks = 0, delivered_acks = 0;  // after the blackhole began
   spec.setup = [&](TwoHostRig& rig) {
     blackhole_links(rig, {0, 0b0111}, start);
-    rig.sim().at(start, [&rig, &delivered_acks] { delivered_acks = rig.sim().stats(rig.links().reverse[3]).delivered; });
+    rig.sim().at(start,
+                 [&rig, &delivered_acks] { delivered_acks = rig.sim().stats(rig.links().reverse[3]).delivered; });
   };
   spec.on_finish = [&](TwoHostRig& rig) {
     for (size_t i = 0; i < 3; ++i) lost_acks += rig.sim().stats(rig.links().reverse[i]).dropped_blackhole;

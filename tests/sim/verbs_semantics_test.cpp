@@ -16,6 +16,9 @@
 namespace metaroce::sim {
 namespace {
 
+using testing::addr;
+using testing::kAllAccess;
+using testing::kPd;
 using transport::Completion;
 using transport::Endpoint;
 using transport::PostResult;
@@ -26,9 +29,6 @@ using transport::SendWr;
 using transport::WcOpcode;
 using transport::WcStatus;
 using transport::WrOpcode;
-using testing::addr;
-using testing::kAllAccess;
-using testing::kPd;
 
 class VerbsSemantics : public testing::TwoHostTest {
  protected:

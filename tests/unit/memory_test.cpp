@@ -17,8 +17,7 @@ namespace metaroce::transport {
 namespace {
 
 constexpr uint64_t kMax64 = std::numeric_limits<uint64_t>::max();
-constexpr uint32_t kAllAccess =
-    kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+constexpr uint32_t kAllAccess = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
 
 uint64_t addr_of(const uint8_t* p) { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)); }
 
@@ -86,8 +85,7 @@ TEST(MemoryRegistry, UnknownKeysAreRejected) {
   ASSERT_TRUE(key.has_value());
   for (uint32_t probe : {*key + 1, *key - 1, *key ^ 0x100u, *key + 0x10000u, 0xFFFFFFFFu}) {
     EXPECT_EQ(reg.find(probe), nullptr) << probe;
-    EXPECT_EQ(reg.check_remote(probe, 1, 0x1000, 8, kAccessRemoteRead), AccessCheck::NoSuchKey)
-        << probe;
+    EXPECT_EQ(reg.check_remote(probe, 1, 0x1000, 8, kAccessRemoteRead), AccessCheck::NoSuchKey) << probe;
   }
 }
 
@@ -165,8 +163,7 @@ TEST(MemoryRegistry, RemoteWriteOrAtomicRequiresLocalWrite) {
   EXPECT_FALSE(reg.register_region(1, 0x1000, 64, kAccessRemoteWrite).has_value());
   EXPECT_FALSE(reg.register_region(1, 0x1000, 64, kAccessRemoteAtomic).has_value());
   EXPECT_FALSE(reg.register_region(1, 0x1000, 64, kAccessRemoteWrite | kAccessRemoteRead).has_value());
-  EXPECT_FALSE(
-      reg.register_region(1, 0x1000, 64, kAccessRemoteAtomic | kAccessRemoteRead).has_value());
+  EXPECT_FALSE(reg.register_region(1, 0x1000, 64, kAccessRemoteAtomic | kAccessRemoteRead).has_value());
   EXPECT_EQ(reg.size(), 0u);
 
   EXPECT_TRUE(reg.register_region(1, 0x1000, 64, kAccessRemoteWrite | kAccessLocalWrite).has_value());
@@ -200,10 +197,8 @@ class RemoteCheck : public ::testing::Test {
 };
 
 TEST_F(RemoteCheck, WrongProtectionDomain) {
-  EXPECT_EQ(reg_.check_remote(key_, kPd + 1, kBase, 8, kAccessRemoteRead),
-            AccessCheck::WrongProtectionDomain);
-  EXPECT_EQ(reg_.check_remote(key_, 0, kBase, 8, kAccessRemoteWrite),
-            AccessCheck::WrongProtectionDomain);
+  EXPECT_EQ(reg_.check_remote(key_, kPd + 1, kBase, 8, kAccessRemoteRead), AccessCheck::WrongProtectionDomain);
+  EXPECT_EQ(reg_.check_remote(key_, 0, kBase, 8, kAccessRemoteWrite), AccessCheck::WrongProtectionDomain);
   EXPECT_EQ(reg_.check_local(key_, kPd + 1, kBase, 8, false), AccessCheck::WrongProtectionDomain);
   EXPECT_EQ(remote(kBase, 8, kAccessRemoteRead), AccessCheck::Ok);
 }
@@ -229,11 +224,9 @@ TEST_F(RemoteCheck, MissingPermissionPerKind) {
     auto expect = [](bool allowed) { return allowed ? AccessCheck::Ok : AccessCheck::NoPermission; };
     EXPECT_EQ(reg.check_remote(*key, kPd, kBase, 8, kAccessRemoteWrite), expect(c.write)) << c.access;
     EXPECT_EQ(reg.check_remote(*key, kPd, kBase, 8, kAccessRemoteRead), expect(c.read)) << c.access;
-    EXPECT_EQ(reg.check_remote(*key, kPd, kBase, 8, kAccessRemoteAtomic), expect(c.atomic))
-        << c.access;
+    EXPECT_EQ(reg.check_remote(*key, kPd, kBase, 8, kAccessRemoteAtomic), expect(c.atomic)) << c.access;
     // Asking for two permissions needs both.
-    EXPECT_EQ(reg.check_remote(*key, kPd, kBase, 8, kAccessRemoteWrite | kAccessRemoteRead),
-              expect(c.write && c.read))
+    EXPECT_EQ(reg.check_remote(*key, kPd, kBase, 8, kAccessRemoteWrite | kAccessRemoteRead), expect(c.write && c.read))
         << c.access;
   }
 }
@@ -274,10 +267,8 @@ TEST_F(RemoteCheck, LengthOverflowIsOutOfBounds) {
   const auto key = reg.register_region(kPd, top, 4096, kAllAccess);
   ASSERT_TRUE(key.has_value());
   EXPECT_EQ(reg.check_remote(*key, kPd, top, 4096, kAccessRemoteRead), AccessCheck::Ok);
-  EXPECT_EQ(reg.check_remote(*key, kPd, top + 4000, kMax64, kAccessRemoteRead),
-            AccessCheck::OutOfBounds);
-  EXPECT_EQ(reg.check_remote(*key, kPd, top + 4000, kMax64 - 4000, kAccessRemoteRead),
-            AccessCheck::OutOfBounds);
+  EXPECT_EQ(reg.check_remote(*key, kPd, top + 4000, kMax64, kAccessRemoteRead), AccessCheck::OutOfBounds);
+  EXPECT_EQ(reg.check_remote(*key, kPd, top + 4000, kMax64 - 4000, kAccessRemoteRead), AccessCheck::OutOfBounds);
   EXPECT_EQ(reg.check_local(*key, kPd, top + 1, kMax64, false), AccessCheck::OutOfBounds);
 }
 
@@ -447,8 +438,7 @@ TEST_F(SgeBuffers, SpecificCrossBoundaryScatter) {
   const std::vector<uint8_t> b2(bufs_[2].begin() + kGuard, bufs_[2].begin() + kGuard + 11);
   EXPECT_EQ(b0, (std::vector<uint8_t>{kFill, kFill, kFill, 1, 2}));
   EXPECT_EQ(b1, (std::vector<uint8_t>{3, 4, 5, 6, 7, 8, 9}));
-  EXPECT_EQ(b2, (std::vector<uint8_t>{10, 11, 12, kFill, kFill, kFill, kFill, kFill, kFill, kFill,
-                                      kFill}));
+  EXPECT_EQ(b2, (std::vector<uint8_t>{10, 11, 12, kFill, kFill, kFill, kFill, kFill, kFill, kFill, kFill}));
   EXPECT_TRUE(guards_intact());
 }
 

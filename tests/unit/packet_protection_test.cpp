@@ -156,7 +156,7 @@ TEST_P(AuthModes, ADatagramWithACorrectCrcInsteadOfATagIsRefused) {
   size_t length = 0;
   Bytes d = write_datagram(64, length);
   wire::stamp_common(d, mode, 0x11111111, 0x22222222, 3);
-  seal_integrity(d, length);  // a forger without the key can compute this much
+  seal_integrity(d, length);               // a forger without the key can compute this much
   d.resize(length + wire::kAuthTagBytes);  // and pad it to a tag's length
   TrafficKey rx(test_key(1), 0, 0x11111111, 0x22222222);
   Bytes out(length);

@@ -35,9 +35,7 @@ void clean_ack(PathCongestion& cc, Time now, uint32_t bytes, uint32_t packets = 
 }
 
 // window() truncates the internal double.
-void expect_window(const PathCongestion& cc, double want) {
-  EXPECT_NEAR(static_cast<double>(cc.window()), want, 1.0);
-}
+void expect_window(const PathCongestion& cc, double want) { EXPECT_NEAR(static_cast<double>(cc.window()), want, 1.0); }
 
 TEST(PathCongestion, StartsAtTheInitialWindow) {
   const CongestionParams p = params();

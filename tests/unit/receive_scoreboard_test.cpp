@@ -236,8 +236,7 @@ void check_shift(uint32_t by) {
 }
 
 TEST(ReceiveScoreboard, ShiftByAssortedDistances) {
-  for (uint32_t by : {1u, 2u, 63u, 64u, 65u, 127u, 128u, 129u, 192u, 255u, 256u, 257u, 1000u})
-    check_shift(by);
+  for (uint32_t by : {1u, 2u, 63u, 64u, 65u, 127u, 128u, 129u, 192u, 255u, 256u, 257u, 1000u}) check_shift(by);
 }
 
 TEST(ReceiveScoreboard, ShiftExactWordMultiplesKeepBitsAligned) {

@@ -25,9 +25,8 @@ constexpr uint32_t kMax32 = std::numeric_limits<uint32_t>::max();
 constexpr uint64_t kMax64 = std::numeric_limits<uint64_t>::max();
 
 const Opcode kAllOpcodes[] = {
-    Opcode::Send,         Opcode::SendImm,      Opcode::Write,
-    Opcode::WriteImm,     Opcode::ReadRequest,  Opcode::ReadResponse,
-    Opcode::FetchAdd,     Opcode::CompareSwap,  Opcode::AtomicResponse,
+    Opcode::Send,         Opcode::SendImm,  Opcode::Write,       Opcode::WriteImm,       Opcode::ReadRequest,
+    Opcode::ReadResponse, Opcode::FetchAdd, Opcode::CompareSwap, Opcode::AtomicResponse,
 };
 
 // Decodes a heap copy of exactly the first `len` bytes of `bytes`, so that
@@ -42,12 +41,10 @@ DecodeStatus decode_prefix(const Bytes& bytes, size_t len, Packet& out) {
   return decode(std::span<const uint8_t>(copy.get(), len), out);
 }
 
-DecodeStatus decode_all(const Bytes& bytes, Packet& out) {
-  return decode_prefix(bytes, bytes.size(), out);
-}
+DecodeStatus decode_all(const Bytes& bytes, Packet& out) { return decode_prefix(bytes, bytes.size(), out); }
 
-Bytes make_data(Origin path_id, const DataHeader& h, const ReadRequest* read,
-                const AtomicRequest* atomic, const uint64_t* original, const Bytes& payload) {
+Bytes make_data(Origin path_id, const DataHeader& h, const ReadRequest* read, const AtomicRequest* atomic,
+                const uint64_t* original, const Bytes& payload) {
   Bytes out(data_header_bytes(h.opcode) + payload.size(), 0xAA);
   const size_t hdr = encode_data(out, path_id, h, read, atomic, original, payload.size());
   EXPECT_EQ(hdr, data_header_bytes(h.opcode));
@@ -202,11 +199,8 @@ void check_data_round_trip(const DataCase& c) {
       EXPECT_EQ(p.atomic.compare_add, c.atomic.compare_add);
       EXPECT_EQ(p.atomic.swap, c.atomic.swap);
       break;
-    case Opcode::AtomicResponse:
-      EXPECT_EQ(p.atomic_original, c.original);
-      break;
-    default:
-      break;
+    case Opcode::AtomicResponse: EXPECT_EQ(p.atomic_original, c.original); break;
+    default: break;
   }
 }
 
@@ -261,8 +255,8 @@ TEST(WireRoundTrip, DataEveryOpcodeZeroAndExtremeValues) {
   for (Opcode op : kAllOpcodes) {
     for (bool extreme : {false, true}) {
       for (size_t payload_len : {size_t{0}, size_t{1}, size_t{1500}}) {
-        SCOPED_TRACE(std::string(to_string(op)) + (extreme ? " extreme" : " zero") +
-                     " payload " + std::to_string(payload_len));
+        SCOPED_TRACE(std::string(to_string(op)) + (extreme ? " extreme" : " zero") + " payload " +
+                     std::to_string(payload_len));
         if (carries_payload(op) && payload_len == 0 && extreme) continue;  // invalid by rule
         check_data_round_trip(data_case(op, extreme, payload_len));
       }
@@ -304,8 +298,7 @@ TEST(WireRoundTrip, DataMixedValues) {
 }
 
 TEST(WireRoundTrip, DataMissingExtensionEncodesZeros) {
-  for (Opcode op : {Opcode::ReadRequest, Opcode::FetchAdd, Opcode::CompareSwap,
-                    Opcode::AtomicResponse}) {
+  for (Opcode op : {Opcode::ReadRequest, Opcode::FetchAdd, Opcode::CompareSwap, Opcode::AtomicResponse}) {
     DataHeader h = valid_header(op, true, 0);
     const Bytes bytes = make_data(5, h, nullptr, nullptr, nullptr, {});
     for (size_t i = kDataHeaderBytes; i < bytes.size(); ++i) EXPECT_EQ(bytes[i], 0) << i;
@@ -353,9 +346,8 @@ TEST(WireRoundTrip, AckHoldingIsQuantizedAndSaturates) {
   struct Case {
     uint32_t sent_ns, decoded_ns;
   };
-  for (const Case c : {Case{0, 0}, Case{255, 0}, Case{256, 256}, Case{1000, 768},
-                       Case{kMaxHoldingNs, kMaxHoldingNs}, Case{kMaxHoldingNs + 256, kMaxHoldingNs},
-                       Case{kMax32, kMaxHoldingNs}}) {
+  for (const Case c : {Case{0, 0}, Case{255, 0}, Case{256, 256}, Case{1000, 768}, Case{kMaxHoldingNs, kMaxHoldingNs},
+                       Case{kMaxHoldingNs + 256, kMaxHoldingNs}, Case{kMax32, kMaxHoldingNs}}) {
     Ack ack;
     ack.path_count = 1;
     ack.paths[0].highest_seq = 5;
@@ -384,8 +376,8 @@ TEST(WireRoundTrip, AckEveryCountCombination) {
 }
 
 TEST(WireRoundTrip, NakEveryKind) {
-  for (NakKind kind : {NakKind::ReceiverNotReady, NakKind::RemoteAccess,
-                       NakKind::InvalidRequest, NakKind::Sequence, NakKind::RemoteOperational}) {
+  for (NakKind kind : {NakKind::ReceiverNotReady, NakKind::RemoteAccess, NakKind::InvalidRequest, NakKind::Sequence,
+                       NakKind::RemoteOperational}) {
     for (bool extreme : {false, true}) {
       Nak nak;
       nak.kind = kind;
@@ -453,20 +445,20 @@ TEST(WireGolden, WriteImmDataPacket) {
       0x00, 0x00, 0x00, 0x00,  // 12 dst_epoch (stamped later)
       0x00, 0x00, 0x00, 0x00,  // 16 packet_number (stamped later)
       // data header
-      0x03, 0x04, 0x05, 0x06,  // 20 path_seq
-      0x03,                    // 24 opcode = WRITE_IMM
-      0x03,                    // 25 flags
-      0x06, 0x07,              // 26 attempt
-      0x08, 0x09, 0x0A, 0x0B,  // 28 dst_qpn
-      0x0C, 0x0D, 0x0E, 0x0F,  // 32 src_qpn
-      0x10, 0x11, 0x12, 0x13,  // 36 msn
-      0x14, 0x15, 0x16, 0x17,  // 40 recv_index
-      0x20, 0x21, 0x22, 0x23,  // 44 msg_length
-      0x1C, 0x1D, 0x1E, 0x1F,  // 48 offset
+      0x03, 0x04, 0x05, 0x06,                          // 20 path_seq
+      0x03,                                            // 24 opcode = WRITE_IMM
+      0x03,                                            // 25 flags
+      0x06, 0x07,                                      // 26 attempt
+      0x08, 0x09, 0x0A, 0x0B,                          // 28 dst_qpn
+      0x0C, 0x0D, 0x0E, 0x0F,                          // 32 src_qpn
+      0x10, 0x11, 0x12, 0x13,                          // 36 msn
+      0x14, 0x15, 0x16, 0x17,                          // 40 recv_index
+      0x20, 0x21, 0x22, 0x23,                          // 44 msg_length
+      0x1C, 0x1D, 0x1E, 0x1F,                          // 48 offset
       0x24, 0x25, 0x26, 0x27, 0x28, 0x29, 0x2A, 0x2B,  // 52 remote_addr
-      0x2C, 0x2D, 0x2E, 0x2F,  // 60 rkey
-      0x30, 0x31, 0x32, 0x33,  // 64 imm
-      0xDE, 0xAD, 0xBE,        // 68 payload
+      0x2C, 0x2D, 0x2E, 0x2F,                          // 60 rkey
+      0x30, 0x31, 0x32, 0x33,                          // 64 imm
+      0xDE, 0xAD, 0xBE,                                // 68 payload
   };
   EXPECT_EQ(got, want);
 
@@ -505,7 +497,7 @@ TEST(WireGolden, CompareSwapExtension) {
   const Bytes want = {0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08,   // 68 compare_add
                       0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18};  // 76 swap
   EXPECT_EQ(ext, want);
-  EXPECT_EQ(got[24], 7);                                            // opcode
+  EXPECT_EQ(got[24], 7);                                                      // opcode
   EXPECT_EQ(Bytes(got.begin() + 44, got.begin() + 48), (Bytes{0, 0, 0, 8}));  // msg_length
 }
 
@@ -516,9 +508,9 @@ TEST(WireGolden, ReadRequestExtension) {
   const ReadRequest read{0xA1A2A3A4A5A6A7A8ull, 0xB1B2B3B4};
   const Bytes got = make_data(1, h, &read, nullptr, nullptr, {});
   ASSERT_EQ(got.size(), 84u);
-  const Bytes want = {0xA1, 0xA2, 0xA3, 0xA4, 0xA5, 0xA6, 0xA7, 0xA8,   // 68 sink_addr
-                      0xB1, 0xB2, 0xB3, 0xB4,                           // 76 sink_key
-                      0x00, 0x00, 0x00, 0x00};                          // 80 reserved
+  const Bytes want = {0xA1, 0xA2, 0xA3, 0xA4, 0xA5, 0xA6, 0xA7, 0xA8,  // 68 sink_addr
+                      0xB1, 0xB2, 0xB3, 0xB4,                          // 76 sink_key
+                      0x00, 0x00, 0x00, 0x00};                         // 80 reserved
   EXPECT_EQ(Bytes(got.begin() + 68, got.end()), want);
 }
 
@@ -587,19 +579,19 @@ TEST(WireGolden, NakAndProbe) {
   nak.msn = 0x05060708;
   nak.expected_seq = 0;
   nak.rnr_delay_ns = 0x0A0B0C0D;
-  const Bytes want_nak = {0x02, 0x03, 0x00, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                          0x01, 0x11, 0x01, 0x02,   // 20 kind, data_path_id, attempt
-                          0x01, 0x02, 0x03, 0x04,   // 24 qpn
-                          0x05, 0x06, 0x07, 0x08,   // 28 msn
-                          0x00, 0x00, 0x00, 0x00,   // 32 expected_seq
-                          0x0A, 0x0B, 0x0C, 0x0D};  // 36 rnr_delay_ns
+  const Bytes want_nak = {0x02, 0x03, 0x00, 0x02, 0, 0, 0, 0, 0,    0,    0,    0,
+                          0,    0,    0,    0,    0, 0, 0, 0, 0x01, 0x11, 0x01, 0x02,  // 20 kind, data_path_id, attempt
+                          0x01, 0x02, 0x03, 0x04,                                      // 24 qpn
+                          0x05, 0x06, 0x07, 0x08,                                      // 28 msn
+                          0x00, 0x00, 0x00, 0x00,                                      // 32 expected_seq
+                          0x0A, 0x0B, 0x0C, 0x0D};                                     // 36 rnr_delay_ns
   EXPECT_EQ(make_nak(2, nak), want_nak);
 
   const Probe probe{0x01020304, 0x1122334455667788ull};
-  const Bytes want_probe = {0x02, 0x05, 0x00, 0x3F, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                            0x01, 0x02, 0x03, 0x04,   // 20 probe_seq
-                            0x00, 0x00, 0x00, 0x00,   // 24 reserved
-                            0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88};  // 28 timestamp
+  const Bytes want_probe = {0x02, 0x05, 0x00, 0x3F, 0,    0,    0,    0,   0,    0,    0,    0,
+                            0,    0,    0,    0,    0,    0,    0,    0,   0x01, 0x02, 0x03, 0x04,  // 20 probe_seq
+                            0x00, 0x00, 0x00, 0x00,                                                 // 24 reserved
+                            0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88};                        // 28 timestamp
   EXPECT_EQ(make_probe(63, PacketType::ProbeReply, probe), want_probe);
 }
 
@@ -673,8 +665,7 @@ TEST(WireTruncation, AckEveryLength) {
 TEST(WireTruncation, NakAndProbeEveryLength) {
   Nak nak;
   nak.kind = NakKind::Sequence;
-  std::vector<Bytes> datagrams = {make_nak(0, nak),
-                                  make_probe(0, PacketType::Probe, {1, 2}),
+  std::vector<Bytes> datagrams = {make_nak(0, nak), make_probe(0, PacketType::Probe, {1, 2}),
                                   make_probe(0, PacketType::ProbeReply, {kMax32, kMax64})};
   for (const Bytes& bytes : datagrams) {
     for (size_t len = 0; len < bytes.size(); ++len) {
@@ -740,12 +731,13 @@ TEST(WireGolden, UdSend) {
   out[kUdHeaderBytes] = 1;
   out[kUdHeaderBytes + 1] = 2;
   out[kUdHeaderBytes + 2] = 3;
-  const Bytes want = {2, 6, 0, 0, 0x12, 0xBB, 0, 0,          // common: version, type, security, path, home port, heard
-                      0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,    //   epochs and packet number (stamped at framing)
-                      0, 1, 0x20, 1, 0, 3, 0x40, 2,          // dst_qpn, src_qpn
-                      0x11, 0x11, 0x11, 0x11,                // qkey
-                      0xA1, 0xB2, 0xC3, 0xD4, 1, 0, 0, 0,    // imm, flags, reserved
-                      1, 2, 3};
+  const Bytes want = {
+      2,    6,    0,    0,    0x12, 0xBB, 0,    0,  // common: version, type, security, path, home port, heard
+      0,    0,    0,    0,    0,    0,    0,    0, 0, 0, 0, 0,  //   epochs and packet number (stamped at framing)
+      0,    1,    0x20, 1,    0,    3,    0x40, 2,              // dst_qpn, src_qpn
+      0x11, 0x11, 0x11, 0x11,                                   // qkey
+      0xA1, 0xB2, 0xC3, 0xD4, 1,    0,    0,    0,              // imm, flags, reserved
+      1,    2,    3};
   EXPECT_EQ(out, want);
   Packet p;
   ASSERT_EQ(decode_all(want, p), DecodeStatus::Ok);
@@ -854,8 +846,7 @@ TEST(WireErrors, BadLengthPayload) {
     c.header.offset = offset;
     return encode_case(c);
   };
-  for (Opcode op : {Opcode::Send, Opcode::SendImm, Opcode::Write, Opcode::WriteImm,
-                    Opcode::ReadResponse}) {
+  for (Opcode op : {Opcode::Send, Opcode::SendImm, Opcode::Write, Opcode::WriteImm, Opcode::ReadResponse}) {
     SCOPED_TRACE(to_string(op));
     EXPECT_EQ(decode_all(with(op, 10, 0, 11), p), DecodeStatus::BadLength);
     EXPECT_EQ(decode_all(with(op, 10, 1, 10), p), DecodeStatus::BadLength);
@@ -879,7 +870,7 @@ TEST(WireErrors, BadLengthAtomicsAndRead) {
   Packet p;
   for (Opcode op : {Opcode::FetchAdd, Opcode::CompareSwap, Opcode::AtomicResponse}) {
     SCOPED_TRACE(to_string(op));
-    const std::pair<uint32_t, uint32_t> bad[] = {{0, 0}, {7, 0}, {9, 0},   {16, 0},
+    const std::pair<uint32_t, uint32_t> bad[] = {{0, 0},      {7, 0}, {9, 0}, {16, 0},
                                                  {kMax32, 0}, {8, 1}, {8, 8}, {8, kMax32}};
     for (auto [len, off] : bad) {
       DataCase c = data_case(op, false, 0);
@@ -911,15 +902,13 @@ TEST(WireErrors, BadNakKind) {
 
 TEST(WireErrors, TrailingBytes) {
   Packet p;
-  for (Opcode op : {Opcode::ReadRequest, Opcode::FetchAdd, Opcode::CompareSwap,
-                    Opcode::AtomicResponse}) {
+  for (Opcode op : {Opcode::ReadRequest, Opcode::FetchAdd, Opcode::CompareSwap, Opcode::AtomicResponse}) {
     Bytes b = encode_case(data_case(op, true, 0));
     b.push_back(0);
     EXPECT_EQ(decode_all(b, p), DecodeStatus::TrailingBytes) << to_string(op);
   }
-  std::vector<Bytes> fixed = {make_ack(0, full_ack(true, 1)), make_ack(0, Ack{}),
-                              make_nak(0, Nak{}), make_probe(0, PacketType::Probe, {}),
-                              make_probe(0, PacketType::ProbeReply, {})};
+  std::vector<Bytes> fixed = {make_ack(0, full_ack(true, 1)), make_ack(0, Ack{}), make_nak(0, Nak{}),
+                              make_probe(0, PacketType::Probe, {}), make_probe(0, PacketType::ProbeReply, {})};
   for (Bytes& b : fixed) {
     b.push_back(0);
     EXPECT_EQ(decode_all(b, p), DecodeStatus::TrailingBytes);
@@ -997,9 +986,7 @@ TEST(WireEncode, DataTooSmall) {
     }
     // A payload size that would overflow size arithmetic.
     Bytes buf(256, 0xAA);
-    EXPECT_EQ(encode_data(buf, 0, c.header, nullptr, nullptr, nullptr,
-                          std::numeric_limits<size_t>::max()),
-              0u);
+    EXPECT_EQ(encode_data(buf, 0, c.header, nullptr, nullptr, nullptr, std::numeric_limits<size_t>::max()), 0u);
     EXPECT_TRUE(untouched(buf));
   }
 }
@@ -1100,7 +1087,7 @@ TEST(PathSack, WindowEdges) {
 
 TEST(PathSack, WrapAround) {
   PathSack s;
-  s.highest_seq = 5;  // the window is 0xFFFFFF06 .. 5
+  s.highest_seq = 5;    // the window is 0xFFFFFF06 .. 5
   s.mark(0xFFFFFFFEu);  // distance 7
   s.mark(0xFFFFFF06u);  // distance 255
   s.mark(0xFFFFFF05u);  // distance 256: outside

@@ -7,7 +7,7 @@
 #include "ibverbs_private.h"
 #include "metaroce/metaroce_dv.h"
 
-_Static_assert(sizeof(struct verbs_context_ops) == 76 * sizeof(void *), "76 ops in rdma-core 44");
+_Static_assert(sizeof(struct verbs_context_ops) == 76 * sizeof(void*), "76 ops in rdma-core 44");
 _Static_assert(offsetof(struct verbs_device, ops) == sizeof(struct ibv_device), "ops after ibv_device");
 
 size_t abi_c_sizeof_context_ops(void);

@@ -87,6 +87,8 @@ struct Rec<N, R (*)(A...)> {
   }
 };
 
+// clang-format 14 re-indents this X-macro list each time it runs.
+// clang-format off
 #define CONTEXT_OPS(X)                                                                           \
   X(0, advise_mr) X(1, alloc_dm) X(2, alloc_mw) X(3, alloc_null_mr) X(4, alloc_parent_domain)     \
   X(5, alloc_pd) X(6, alloc_td) X(7, async_event) X(8, attach_counters_point_flow)                \
@@ -106,6 +108,7 @@ struct Rec<N, R (*)(A...)> {
   X(63, query_rt_values) X(64, query_srq) X(65, read_counters) X(66, reg_dm_mr)                   \
   X(67, reg_dmabuf_mr) X(69, req_notify_cq) X(70, rereg_mr) X(71, resize_cq) X(72, set_ece)       \
   X(73, unimport_dm) X(74, unimport_mr) X(75, unimport_pd)
+// clang-format on
 
 // --- the test provider ------------------------------------------------------
 
@@ -122,15 +125,13 @@ const void* g_query_device_input = reinterpret_cast<const void*>(1);
 
 void test_free_context(ibv_context* context) {
   g_called = 39;
-  auto* tc = reinterpret_cast<TestContext*>(reinterpret_cast<char*>(context) -
-                                            offsetof(verbs_context, context));
+  auto* tc = reinterpret_cast<TestContext*>(reinterpret_cast<char*>(context) - offsetof(verbs_context, context));
   ::close(tc->async_write_fd);
   verbs_uninit_context(&tc->vctx);
   std::free(tc);
 }
 
-int test_query_device_ex(ibv_context*, const ibv_query_device_ex_input* input, ibv_device_attr_ex*,
-                         size_t attr_size) {
+int test_query_device_ex(ibv_context*, const ibv_query_device_ex_input* input, ibv_device_attr_ex*, size_t attr_size) {
   g_called = 58;
   g_query_device_input = input;
   g_query_device_size = attr_size;
@@ -228,11 +229,11 @@ class AbiTest : public ::testing::Test {
 };
 
 TEST_F(AbiTest, OpenDeviceWithoutSysfsPassesNoCommandFd) {
-  EXPECT_EQ(g_alloc_cmd_fd, -1);           // verbs_device.sysfs == NULL: no cdev opened
-  EXPECT_EQ(g_alloc_private, nullptr);     // ibv_open_device passes no private data
-  EXPECT_GE(context->async_fd, 0);         // ours, not replaced by the kernel's
+  EXPECT_EQ(g_alloc_cmd_fd, -1);        // verbs_device.sysfs == NULL: no cdev opened
+  EXPECT_EQ(g_alloc_private, nullptr);  // ibv_open_device passes no private data
+  EXPECT_GE(context->async_fd, 0);      // ours, not replaced by the kernel's
   EXPECT_EQ(context->device, &device->vdev.device);
-  EXPECT_EQ(refcount(device), 2);          // the context holds a device reference
+  EXPECT_EQ(refcount(device), 2);  // the context holds a device reference
 }
 
 TEST_F(AbiTest, VerbsOpenDevicePassesPrivateData) {
@@ -392,7 +393,7 @@ TEST_F(AbiTest, EveryContextOpIsDispatchedFromItsPublicEntryPoint) {
   ibv_send_wr* bad_swr = nullptr;
   EXPECT_EQ(op_of([&] { ibv_post_send(qp, &swr, &bad_swr); }), 55);
   EXPECT_EQ(op_of([&] { ibv_post_recv(qp, &rwr, &bad_rwr); }), 54);
-  union ibv_gid mgid{};
+  union ibv_gid mgid {};
   EXPECT_EQ(op_of([&] { ibv_attach_mcast(qp, &mgid, 0); }), 9);
   EXPECT_EQ(op_of([&] { ibv_detach_mcast(qp, &mgid, 0); }), 38);
   ibv_mw_bind bind{};
@@ -497,8 +498,7 @@ TEST_F(AbiTest, VerbsMrTypeIsWhereRereg_mrReadsIt) {
   vmr->ibv_mr.context = context;
   vmr->mr_type = IBV_MR_TYPE_NULL_MR;
   EXPECT_EQ(op_of([&] {
-              EXPECT_EQ(ibv_rereg_mr(&vmr->ibv_mr, IBV_REREG_MR_CHANGE_PD, pd, nullptr, 0, 0),
-                        IBV_REREG_MR_ERR_INPUT);
+              EXPECT_EQ(ibv_rereg_mr(&vmr->ibv_mr, IBV_REREG_MR_CHANGE_PD, pd, nullptr, 0, 0), IBV_REREG_MR_ERR_INPUT);
             }),
             -1);  // refused by the library: the op never ran
   vmr->mr_type = IBV_MR_TYPE_MR;

@@ -41,7 +41,7 @@ bool connect_qp(ibv_context* ctx, ibv_qp* qp, uint32_t remote_qpn) {
   a.port_num = 1;
   a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
   if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) return false;
-  union ibv_gid gid{};
+  union ibv_gid gid {};
   if (ibv_query_gid(ctx, 1, 0, &gid)) return false;  // both ends are on 127.0.0.1
   a = ibv_qp_attr{};
   a.qp_state = IBV_QPS_RTR;
@@ -54,8 +54,9 @@ bool connect_qp(ibv_context* ctx, ibv_qp* qp, uint32_t remote_qpn) {
   a.ah_attr.grh.dgid = gid;
   a.ah_attr.grh.hop_limit = 64;
   a.ah_attr.port_num = 1;
-  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+  if (ibv_modify_qp(qp, &a,
+                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
     return false;
   a = ibv_qp_attr{};
   a.qp_state = IBV_QPS_RTS;
@@ -64,8 +65,9 @@ bool connect_qp(ibv_context* ctx, ibv_qp* qp, uint32_t remote_qpn) {
   a.retry_cnt = 7;
   a.rnr_retry = 7;
   a.max_rd_atomic = 1;
-  return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                   IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC) == 0;
+  return ibv_modify_qp(qp, &a,
+                       IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                           IBV_QP_MAX_QP_RD_ATOMIC) == 0;
 }
 
 // One side, in a child process: 0 when both completions arrived.
@@ -143,8 +145,8 @@ int exchange_and_exit(int peer, bool initiator, bool close_first) {
   if (!close_first) {
     open_at_exit = {ctx, pd, cq, qp, {in_mr, out_mr}};
   } else {
-    if (ibv_destroy_qp(qp) || ibv_dereg_mr(in_mr) || ibv_dereg_mr(out_mr) || ibv_destroy_cq(cq) ||
-        ibv_dealloc_pd(pd) || ibv_close_device(ctx))
+    if (ibv_destroy_qp(qp) || ibv_dereg_mr(in_mr) || ibv_dereg_mr(out_mr) || ibv_destroy_cq(cq) || ibv_dealloc_pd(pd) ||
+        ibv_close_device(ctx))
       return 22;
   }
   return 0;

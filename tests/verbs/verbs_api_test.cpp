@@ -85,8 +85,8 @@ struct Side {
     }
   }
 
-  Buffer& buffer(size_t n, int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                        IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC) {
+  Buffer& buffer(size_t n, int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                        IBV_ACCESS_REMOTE_ATOMIC) {
     buffers.push_back(std::make_unique<Buffer>(n));
     Buffer& b = *buffers.back();
     b.mr = ibv_reg_mr(pd, b.data(), n, access);
@@ -141,7 +141,7 @@ int to_init(ibv_qp* qp) {
 constexpr uint32_t kPsn = 0x123;
 
 int to_rtr(ibv_qp* qp, ibv_context* remote_ctx, uint32_t remote_qpn) {
-  union ibv_gid gid{};
+  union ibv_gid gid {};
   if (ibv_query_gid(remote_ctx, 1, 0, &gid) != 0) return -1;
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_RTR;
@@ -168,9 +168,9 @@ int to_rts(ibv_qp* qp) {
   a.retry_cnt = 7;
   a.rnr_retry = 7;
   a.max_rd_atomic = 16;
-  return ibv_modify_qp(qp, &a,
-                       IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                           IBV_QP_MAX_QP_RD_ATOMIC);
+  return ibv_modify_qp(
+      qp, &a,
+      IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
 void connect(ibv_qp* a, Side& sa, ibv_qp* b, Side& sb) {
@@ -191,9 +191,7 @@ int post_recv(ibv_qp* qp, uint64_t wr_id, std::vector<ibv_sge> sges) {
   return ibv_post_recv(qp, &wr, &bad);
 }
 
-ibv_sge sge(Buffer& b, size_t offset, uint32_t length) {
-  return ibv_sge{b.addr() + offset, length, b.mr->lkey};
-}
+ibv_sge sge(Buffer& b, size_t offset, uint32_t length) { return ibv_sge{b.addr() + offset, length, b.mr->lkey}; }
 
 void fill(Buffer& b, uint8_t seed) {
   for (size_t i = 0; i < b.bytes.size(); ++i) b.bytes[i] = static_cast<uint8_t>(seed + i * 7 + (i >> 8));
@@ -286,7 +284,7 @@ TEST_F(VerbsTest, DeviceAndPortAttributes) {
   EXPECT_EQ(p.gid_tbl_len, 1);
   EXPECT_NE(ibv_query_port(a.ctx, 2, &p), 0);
 
-  union ibv_gid gid{};
+  union ibv_gid gid {};
   ASSERT_EQ(ibv_query_gid(a.ctx, 1, 0, &gid), 0);
   const uint8_t expected[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
   EXPECT_EQ(std::memcmp(gid.raw, expected, 16), 0);
@@ -314,11 +312,10 @@ TEST_F(VerbsTest, InterposedCallsReplaceKernelOnlyOnes) {
   using QueryGid = int (*)(ibv_context*, uint8_t, int, union ibv_gid*);
   using CreateChannel = ibv_comp_channel* (*)(ibv_context*);
   auto lib_query_gid = reinterpret_cast<QueryGid>(dlvsym(lib, "ibv_query_gid", "IBVERBS_1.1"));
-  auto lib_create_channel =
-      reinterpret_cast<CreateChannel>(dlvsym(lib, "ibv_create_comp_channel", "IBVERBS_1.0"));
+  auto lib_create_channel = reinterpret_cast<CreateChannel>(dlvsym(lib, "ibv_create_comp_channel", "IBVERBS_1.0"));
   ASSERT_NE(lib_query_gid, nullptr);
   ASSERT_NE(lib_create_channel, nullptr);
-  union ibv_gid gid{};
+  union ibv_gid gid {};
   EXPECT_NE(lib_query_gid(a.ctx, 1, 0, &gid), 0);
   EXPECT_EQ(lib_create_channel(a.ctx), nullptr);
   // The default-scope definitions are ours.
@@ -766,13 +763,12 @@ TEST_F(VerbsTest, ModifyQpStateMachine) {
   EXPECT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PORT | IBV_QP_PKEY_INDEX), EINVAL);
   // ... with one that does not belong to it.
   attr.port_num = 1;
-  EXPECT_EQ(ibv_modify_qp(qp, &attr,
-                          IBV_QP_STATE | IBV_QP_PORT | IBV_QP_PKEY_INDEX | IBV_QP_ACCESS_FLAGS | IBV_QP_SQ_PSN),
-            EINVAL);
+  EXPECT_EQ(
+      ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PORT | IBV_QP_PKEY_INDEX | IBV_QP_ACCESS_FLAGS | IBV_QP_SQ_PSN),
+      EINVAL);
   // ... with a bad port.
   attr.port_num = 2;
-  EXPECT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PORT | IBV_QP_PKEY_INDEX | IBV_QP_ACCESS_FLAGS),
-            EINVAL);
+  EXPECT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PORT | IBV_QP_PKEY_INDEX | IBV_QP_ACCESS_FLAGS), EINVAL);
   ASSERT_EQ(to_init(qp), 0);
   EXPECT_EQ(qp->state, IBV_QPS_INIT);
   // INIT -> RTS skips RTR.
@@ -780,8 +776,7 @@ TEST_F(VerbsTest, ModifyQpStateMachine) {
   // INIT -> RTR without MIN_RNR_TIMER.
   attr = {};
   attr.qp_state = IBV_QPS_RTR;
-  EXPECT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN),
-            EINVAL);
+  EXPECT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN), EINVAL);
   ASSERT_EQ(to_init(peer), 0);
   ASSERT_EQ(to_rtr(qp, b.ctx, peer->qp_num), 0);
   ASSERT_EQ(to_rts(qp), 0);
@@ -859,7 +854,8 @@ TEST_F(VerbsTest, CreateQpRejectsWhatIsNotSupported) {
   EXPECT_EQ(errno, EINVAL);
   // Memory registration rules.
   char buf[64];
-  EXPECT_EQ(ibv_reg_mr(a.pd, buf, sizeof buf, static_cast<int>(IBV_ACCESS_REMOTE_WRITE)), nullptr);  // needs LOCAL_WRITE
+  EXPECT_EQ(ibv_reg_mr(a.pd, buf, sizeof buf, static_cast<int>(IBV_ACCESS_REMOTE_WRITE)),
+            nullptr);  // needs LOCAL_WRITE
   EXPECT_EQ(errno, EINVAL);
   // A clear EOPNOTSUPP for what is not supported: on-demand paging, memory
   // windows, dma-buf regions, ECE.
@@ -1143,8 +1139,8 @@ TEST_F(VerbsTest, UdSendArrivesWithAGrhAndImmediate) {
   ibv_grh grh{};
   std::memcpy(&grh, dst.data(), sizeof grh);
   EXPECT_EQ(be32toh(grh.version_tclass_flow) >> 28, 6u);
-  union ibv_gid gid_a{};
-  union ibv_gid gid_b{};
+  union ibv_gid gid_a {};
+  union ibv_gid gid_b {};
   ASSERT_EQ(ibv_query_gid(a.ctx, 1, 0, &gid_a), 0);
   ASSERT_EQ(ibv_query_gid(b.ctx, 1, 0, &gid_b), 0);
   EXPECT_EQ(std::memcmp(grh.sgid.raw, gid_a.raw, 16), 0);
@@ -1293,8 +1289,8 @@ TEST_F(VerbsTest, WorkRequestApi) {
   ax.cap.max_recv_sge = 2;
   ax.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   ax.pd = a.pd;
-  ax.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND_WITH_IMM |
-                      IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_RDMA_READ;
+  ax.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
+                      IBV_QP_EX_WITH_RDMA_READ;
   qa = ibv_create_qp_ex(a.ctx, &ax);
   ASSERT_NE(qa, nullptr) << std::strerror(errno);
   a.qps.push_back(qa);

@@ -349,8 +349,9 @@ int run_send(const SendOptions& o) {
     if (gso) {
       int seg = static_cast<int>(o.payload);
       if (setsockopt(fd, SOL_UDP, UDP_SEGMENT, &seg, sizeof seg) != 0) {
-        if (i == 0) std::fprintf(stderr, "udp-blaster: UDP_SEGMENT unavailable (%s); sending without GSO\n",
-                                 std::strerror(errno));
+        if (i == 0)
+          std::fprintf(stderr, "udp-blaster: UDP_SEGMENT unavailable (%s); sending without GSO\n",
+                       std::strerror(errno));
         gso = false;
       }
     }
@@ -515,7 +516,7 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
 
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);

@@ -45,7 +45,8 @@ std::optional<json> request(const std::string& path, const json& req, std::strin
   const int saved = errno;
   ::close(fd);
   if (n <= 0) {
-    error = n == 0 ? "metaroced closed the connection" : std::string("no answer from metaroced: ") + std::strerror(saved);
+    error =
+        n == 0 ? "metaroced closed the connection" : std::string("no answer from metaroced: ") + std::strerror(saved);
     return std::nullopt;
   }
   std::optional<ctl::Message> m = ctl::decode(std::span<const uint8_t>(buf.data(), static_cast<size_t>(n)), error);
@@ -93,8 +94,8 @@ std::string str(const json& v) {
 std::string us(const json& ns) { return ns.is_number() ? str(ns.get<double>() / 1000) : "-"; }
 
 void print_status(const json& s) {
-  std::printf("metaroced pid %s, up %.0f s, socket %s, config %s\n", str(s["pid"]).c_str(),
-              s["uptime_s"].get<double>(), str(s["socket"]).c_str(),
+  std::printf("metaroced pid %s, up %.0f s, socket %s, config %s\n", str(s["pid"]).c_str(), s["uptime_s"].get<double>(),
+              str(s["socket"]).c_str(),
               s["config"].get<std::string>().empty() ? "(defaults)" : str(s["config"]).c_str());
   std::printf("clients %s, free home ports %s, free source-port blocks %s (of %s ports), cached path tables %s\n",
               str(s["clients"]).c_str(), str(s["free_home_ports"]).c_str(), str(s["free_blocks"]).c_str(),
@@ -126,8 +127,7 @@ void print_stats(const json& s) {
     const json& k = c["counters"];
     rows.push_back({str(c["pid"]), str(c["device"]), str(c["home_port"]), str(k.value("tx_data_packets", json())),
                     str(k.value("tx_data_bytes", json())), str(k.value("tx_retransmits", json())),
-                    str(k.value("rx_data_packets", json())), str(k.value("rx_ce_marked", json())),
-                    str(c["age_ms"])});
+                    str(k.value("rx_data_packets", json())), str(k.value("rx_ce_marked", json())), str(c["age_ms"])});
   }
   table({"PID", "DEVICE", "HOME", "TX PKTS", "TX BYTES", "RETX", "RX PKTS", "RX CE", "AGE MS"}, rows);
   std::puts("");
@@ -166,7 +166,8 @@ void print_paths(const json& d) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& p : d["paths"]) {
     std::string hops, ports;
-    for (const auto& h : p["hops"]) hops += (hops.empty() ? "" : " > ") + (h.get<std::string>().empty() ? "*" : h.get<std::string>());
+    for (const auto& h : p["hops"])
+      hops += (hops.empty() ? "" : " > ") + (h.get<std::string>().empty() ? "*" : h.get<std::string>());
     for (const auto& s : p["source_ports"]) ports += (ports.empty() ? "" : ",") + str(s);
     rows.push_back({str(p["path"]), hops, std::to_string(p["source_ports"].size()), ports});
   }
@@ -193,7 +194,8 @@ int main(int argc, char** argv) {
   uint16_t dport = 0;
   bool refresh = false;
   paths->add_option("DEST", dest, "destination IPv4 address")->required()->check(CLI::ValidIPV4);
-  paths->add_option("--dport", dport, "destination (home) port; default the first home port")->check(CLI::Range(1, 65535));
+  paths->add_option("--dport", dport, "destination (home) port; default the first home port")
+      ->check(CLI::Range(1, 65535));
   paths->add_option("--from", source, "local address to probe from")->check(CLI::ValidIPV4);
   paths->add_flag("--refresh", refresh, "probe again even if a cached result is fresh");
   auto* config = app.add_subcommand("config", "configuration");

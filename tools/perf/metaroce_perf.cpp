@@ -34,7 +34,7 @@ struct Options {
   int ib_port = 1;
   int gid_index = 0;
   uint16_t tcp_port = 18515;
-  std::string server;  // empty: be the server
+  std::string server;          // empty: be the server
   std::string test = "write";  // write | read | send
   std::string mode = "bw";     // bw | lat
   uint32_t size = 65536;
@@ -83,8 +83,7 @@ int tcp_connect(const std::string& host, uint16_t port, double timeout_s) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* result = nullptr;
-  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &result) != 0)
-    die("cannot resolve " + host);
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &result) != 0) die("cannot resolve " + host);
   const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
   // The server may not be listening yet: retry until the deadline.
   while (true) {
@@ -268,8 +267,7 @@ class Rdma {
       if (n == 1) break;
       if (Clock::now() > deadline) die("timed out waiting for a completion");
     }
-    if (wc.status != IBV_WC_SUCCESS)
-      die(std::string("work request failed: ") + ibv_wc_status_str(wc.status));
+    if (wc.status != IBV_WC_SUCCESS) die(std::string("work request failed: ") + ibv_wc_status_str(wc.status));
     return wc;
   }
 
@@ -328,8 +326,8 @@ int run(const Options& o) {
       const auto start = Clock::now();
       if (client) {
         rdma.post_send(IBV_WR_SEND, slot, o.size, theirs, i);
-        rdma.wait(deadline);                      // our send
-        const ibv_wc wc = rdma.wait(deadline);    // their reply
+        rdma.wait(deadline);                    // our send
+        const ibv_wc wc = rdma.wait(deadline);  // their reply
         if (wc.opcode != IBV_WC_RECV) die("unexpected completion while waiting for the reply");
         result.latencies_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count() / 2);
       } else {
@@ -349,7 +347,7 @@ int run(const Options& o) {
     read_all(fd, &ready, 1);
     const auto start = Clock::now();
     if (client) {
-      const ibv_wr_opcode opcode = o.test == "write" ? IBV_WR_RDMA_WRITE
+      const ibv_wr_opcode opcode = o.test == "write"  ? IBV_WR_RDMA_WRITE
                                    : o.test == "read" ? IBV_WR_RDMA_READ
                                                       : IBV_WR_SEND;
       uint32_t posted = 0, completed = 0;
@@ -390,14 +388,17 @@ int run(const Options& o) {
   }
   ::close(fd);
 
-  nlohmann::ordered_json line = {{"test", o.test}, {"mode", o.mode}, {"side", client ? "client" : "server"},
-                                 {"size", o.size}, {"iterations", o.iterations}};
+  nlohmann::ordered_json line = {{"test", o.test},
+                                 {"mode", o.mode},
+                                 {"side", client ? "client" : "server"},
+                                 {"size", o.size},
+                                 {"iterations", o.iterations}};
   if (o.mode == "lat") {
     std::sort(result.latencies_us.begin(), result.latencies_us.end());
     auto at = [&](double p) {
       if (result.latencies_us.empty()) return 0.0;
       return result.latencies_us[std::min<size_t>(result.latencies_us.size() - 1,
-                                                   static_cast<size_t>(p * result.latencies_us.size()))];
+                                                  static_cast<size_t>(p * result.latencies_us.size()))];
     };
     line["lat_us_p50"] = at(0.5);
     line["lat_us_p99"] = at(0.99);

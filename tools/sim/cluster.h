@@ -27,11 +27,11 @@ const char* to_string(ClusterTransport transport);
 std::optional<ClusterTransport> parse_cluster_transport(std::string_view name);
 
 struct ClusterSpec {
-  LeafSpineSpec fabric;   // pfc is set from the transport
-  uint32_t nodes = 64;    // servers 0..nodes-1 take part
+  LeafSpineSpec fabric;  // pfc is set from the transport
+  uint32_t nodes = 64;   // servers 0..nodes-1 take part
   ClusterTransport transport = ClusterTransport::MetaRoCE;
-  uint16_t paths_per_plane = 4;          // metaroce
-  transport::EndpointConfig endpoint;    // mtu, timers, congestion; profile, paths, planes and rates are set here
+  uint16_t paths_per_plane = 4;        // metaroce
+  transport::EndpointConfig endpoint;  // mtu, timers, congestion; profile, paths, planes and rates are set here
   uint64_t seed = 1;
 };
 

@@ -35,9 +35,8 @@ std::optional<Workload> parse_workload(std::string_view name) {
 CollectiveResult run_collective(const CollectiveSpec& spec) {
   Cluster cluster(spec.cluster);
   if (spec.setup) spec.setup(cluster);
-  std::unique_ptr<CollectiveWorkload> workload = spec.workload == Workload::AllReduce
-                                                     ? make_ring_allreduce(cluster, spec)
-                                                     : make_pairwise_writes(cluster, spec);
+  std::unique_ptr<CollectiveWorkload> workload =
+      spec.workload == Workload::AllReduce ? make_ring_allreduce(cluster, spec) : make_pairwise_writes(cluster, spec);
   for (uint32_t node = 0; node < cluster.nodes(); ++node) {
     for (uint16_t rail = 0; rail < cluster.rails(); ++rail) {
       transport::Endpoint& endpoint = cluster.host(node, rail).endpoint();

@@ -38,7 +38,7 @@ struct CollectiveSpec {
   uint32_t channels = 0;
   uint32_t slot_bytes = 512u << 10;  // allreduce: one FIFO slot (NCCL: 4 MiB buffer / 8 steps)
   uint32_t slots = 8;
-  uint32_t message_bytes = 1u << 20;  // alltoall, incast: largest WRITE
+  uint32_t message_bytes = 1u << 20;   // alltoall, incast: largest WRITE
   Time time_limit_ns = 1'000'000'000;  // virtual
   // Called once the cluster exists, before traffic (failures, link changes),
   // and once the run is over, while the cluster still exists.
@@ -47,13 +47,13 @@ struct CollectiveSpec {
 };
 
 struct CollectiveResult {
-  bool completed = false;      // every rank finished before the time limit, without error completions
+  bool completed = false;  // every rank finished before the time limit, without error completions
   bool data_intact = false;
   uint64_t error_completions = 0;
-  Time completion_ns = 0;      // start to the last rank's finish
-  double algbw_gbps = 0;       // bytes / completion time
-  double busbw_gbps = 0;       // nccl-tests' bus bandwidth (allreduce x 2(n-1)/n, alltoall x (n-1)/n)
-  std::vector<Time> fct_ns;    // per WRITE: post to completion
+  Time completion_ns = 0;    // start to the last rank's finish
+  double algbw_gbps = 0;     // bytes / completion time
+  double busbw_gbps = 0;     // nccl-tests' bus bandwidth (allreduce x 2(n-1)/n, alltoall x (n-1)/n)
+  std::vector<Time> fct_ns;  // per WRITE: post to completion
   uint64_t retransmits = 0, spurious_retransmits = 0, go_back_n = 0, path_failures = 0, plane_drains = 0;
   LeafSpineFabric::Totals fabric;
   size_t connections = 0;

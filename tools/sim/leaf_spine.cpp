@@ -15,9 +15,9 @@ LeafSpineFabric::LeafSpineFabric(Simulator& sim, const LeafSpineSpec& spec) : si
   if (spec.leaves == 0 || spec.hosts_per_leaf == 0 || spec.spines == 0 || spec.planes == 0)
     throw std::invalid_argument("leaf-spine: leaves, hosts per leaf, spines and planes must be > 0");
   if (!(spec.oversubscription > 0)) throw std::invalid_argument("leaf-spine: oversubscription must be > 0");
-  spine_rate_bps_ = static_cast<uint64_t>(std::llround(static_cast<double>(spec.hosts_per_leaf) *
-                                                       static_cast<double>(spec.link_rate_bps) /
-                                                       (spec.spines * spec.oversubscription)));
+  spine_rate_bps_ = static_cast<uint64_t>(
+      std::llround(static_cast<double>(spec.hosts_per_leaf) * static_cast<double>(spec.link_rate_bps) /
+                   (spec.spines * spec.oversubscription)));
   if (spec.pfc) {
     const uint64_t headroom = std::max(pfc_headroom_bytes(spec.link_rate_bps, spec.host_link_delay_ns),
                                        pfc_headroom_bytes(spine_rate_bps_, spec.spine_link_delay_ns));
@@ -114,7 +114,8 @@ void LeafSpineFabric::fail_spine_link(uint16_t plane, uint32_t leaf, uint32_t sp
 uint32_t LeafSpineFabric::busiest_spine(uint16_t plane, uint32_t leaf) const {
   uint32_t best = 0;
   for (uint32_t s = 1; s < spec_.spines; ++s)
-    if (sim_.stats(spine_uplink(plane, leaf, s)).bytes_in > sim_.stats(spine_uplink(plane, leaf, best)).bytes_in) best = s;
+    if (sim_.stats(spine_uplink(plane, leaf, s)).bytes_in > sim_.stats(spine_uplink(plane, leaf, best)).bytes_in)
+      best = s;
   return best;
 }
 
@@ -130,7 +131,8 @@ void LeafSpineFabric::fail_plane(uint16_t plane, Time start, Time end) {
 
 LeafSpineFabric::Totals LeafSpineFabric::totals() const {
   Totals t;
-  for (LinkId l : switch_links_) t.max_switch_queue_bytes = std::max(t.max_switch_queue_bytes, sim_.stats(l).max_backlog_bytes);
+  for (LinkId l : switch_links_)
+    t.max_switch_queue_bytes = std::max(t.max_switch_queue_bytes, sim_.stats(l).max_backlog_bytes);
   for (LinkId l = 0; l < sim_.link_count(); ++l) {
     const LinkStats& s = sim_.stats(l);
     t.pause_frames += s.pause_frames;

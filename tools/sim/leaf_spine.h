@@ -36,11 +36,11 @@ struct LeafSpineSpec {
   // queues draw on the switch's whole buffer (ports times this), so that
   // pauses, not drops, bound them.
   uint64_t buffer_bytes = 1 << 20;
-  uint64_t ecn_threshold_bytes = 100'000;    // CE mark above this egress backlog
+  uint64_t ecn_threshold_bytes = 100'000;  // CE mark above this egress backlog
   bool pfc = false;
   PfcParams pfc_params;
-  uint64_t nic_tx_ring_bytes = 64 << 10;     // per NIC, see Simulator::set_tx_ring
-  double loss = 0;                           // random loss on every leaf -> NIC link
+  uint64_t nic_tx_ring_bytes = 64 << 10;  // per NIC, see Simulator::set_tx_ring
+  double loss = 0;                        // random loss on every leaf -> NIC link
 };
 
 class LeafSpineFabric {
@@ -69,10 +69,10 @@ class LeafSpineFabric {
 
   struct Totals {
     // Over every link of the simulator (a fabric owns its simulator's links).
-    uint64_t pause_frames = 0;            // XOFF frames sent
-    uint64_t dropped_queue = 0;           // drop-tail
-    uint64_t dropped_loss = 0;            // random loss
-    uint64_t dropped_blackhole = 0;       // failed links
+    uint64_t pause_frames = 0;       // XOFF frames sent
+    uint64_t dropped_queue = 0;      // drop-tail
+    uint64_t dropped_loss = 0;       // random loss
+    uint64_t dropped_blackhole = 0;  // failed links
     uint64_t ce_marked = 0;
     uint64_t max_switch_queue_bytes = 0;  // deepest switch egress queue seen
   };

@@ -217,7 +217,8 @@ int run_scenarios(const Options& options) {
         {"jitter_us", 2.0},
         {"data_packets", r.sender.tx_data_packets},
         {"spurious_retransmits", r.sender.spurious_retransmits},
-        {"spurious_fraction", static_cast<double>(r.sender.spurious_retransmits) / std::max<uint64_t>(1, r.sender.tx_data_packets)},
+        {"spurious_fraction",
+         static_cast<double>(r.sender.spurious_retransmits) / std::max<uint64_t>(1, r.sender.tx_data_packets)},
         {"goodput_gbps", r.goodput_gbps},
         {"data_intact", r.completed && r.data_intact},
     };
@@ -364,7 +365,8 @@ int run_collective_cases(const CollectiveOptions& o) {
               {"workload", metaroce::sim::to_string(workload)},
               {"bytes", spec.bytes},
               {"loss", loss},
-              {"completion_us", r.completed ? nlohmann::ordered_json(r.completion_ns / 1000.0) : nlohmann::ordered_json()},
+              {"completion_us",
+               r.completed ? nlohmann::ordered_json(r.completion_ns / 1000.0) : nlohmann::ordered_json()},
               {"busbw_gbps", r.busbw_gbps},
               {"fct_p50_us", metaroce::sim::percentile(r.fct_ns, 0.5) / 1000.0},
               {"fct_p99_us", metaroce::sim::percentile(r.fct_ns, 0.99) / 1000.0},
@@ -387,9 +389,10 @@ int run_collective_cases(const CollectiveOptions& o) {
 
 int run_demo(Options options) {
   const double loss = 0.01;
-  std::printf("MetaRoCE demo (simulated network, virtual time): %llu MiB of RDMA WRITE over %u paths of 100 Gb/s,\n"
-              "random loss %.0f%% on every path, compared with the RoCEv2 go-back-N profile of the same engine.\n\n",
-              static_cast<unsigned long long>(options.megabytes), options.paths, loss * 100);
+  std::printf(
+      "MetaRoCE demo (simulated network, virtual time): %llu MiB of RDMA WRITE over %u paths of 100 Gb/s,\n"
+      "random loss %.0f%% on every path, compared with the RoCEv2 go-back-N profile of the same engine.\n\n",
+      static_cast<unsigned long long>(options.megabytes), options.paths, loss * 100);
   std::printf("%-10s %6s %6s %14s %10s %12s %10s\n", "transport", "paths", "loss", "goodput_gbps", "retained",
               "retransmits", "data_ok");
   int status = 0;
@@ -402,8 +405,8 @@ int run_demo(Options options) {
       const bool ok = r->completed && r->data_intact;
       if (!ok) status = 1;
       std::printf("%-10s %6u %5.1f%% %14.1f %10.3f %12llu %10s\n", name,
-                  profile == Profile::RoCEv2 ? 1u : options.paths, r == &clean ? 0.0 : loss * 100,
-                  r->goodput_gbps, clean.goodput_gbps > 0 ? r->goodput_gbps / clean.goodput_gbps : 0.0,
+                  profile == Profile::RoCEv2 ? 1u : options.paths, r == &clean ? 0.0 : loss * 100, r->goodput_gbps,
+                  clean.goodput_gbps > 0 ? r->goodput_gbps / clean.goodput_gbps : 0.0,
                   static_cast<unsigned long long>(r->sender.tx_retransmits), ok ? "yes" : "NO");
     }
   }
@@ -431,7 +434,8 @@ int main(int argc, char** argv) {
   CLI::App* scenarios = app.add_subcommand("scenarios", "one path blackholed mid-transfer; reordering across paths");
   add_common(scenarios);
   CollectiveOptions co;
-  CLI::App* collective = app.add_subcommand("collective", "collectives on a multiplane leaf-spine cluster, one JSON line per case");
+  CLI::App* collective =
+      app.add_subcommand("collective", "collectives on a multiplane leaf-spine cluster, one JSON line per case");
   collective->footer(kCollectiveScenario);
   collective->add_option("--nodes", co.nodes, "hosts taking part")->check(CLI::Range(2, 4096));
   collective->add_option("--hosts-per-leaf", co.hosts_per_leaf, "hosts per leaf switch")->check(CLI::Range(1, 512));
@@ -444,10 +448,12 @@ int main(int argc, char** argv) {
   collective->add_option("--bytes", co.bytes, "bytes per rank (0 = 64 MiB allreduce, 16 MiB alltoall, 4 MiB incast)");
   collective->add_option("--loss", co.losses, "comma-separated loss probabilities (every leaf-to-host link)");
   collective->add_option("--transport", co.transports, "comma-separated: metaroce,rocev2,rocev2+pfc");
-  collective->add_option("--paths-per-plane", co.paths_per_plane, "metaroce paths in each plane")->check(CLI::Range(1, 64));
+  collective->add_option("--paths-per-plane", co.paths_per_plane, "metaroce paths in each plane")
+      ->check(CLI::Range(1, 64));
   collective->add_option("--seed", co.seed, "simulation seed");
   collective->add_option("--channels", co.channels, "allreduce rings (0 = one per plane)")->check(CLI::Range(0, 64));
-  collective->add_option("--slot-kib", co.slot_kib, "allreduce FIFO slot: the largest slice")->check(CLI::Range(4, 65536));
+  collective->add_option("--slot-kib", co.slot_kib, "allreduce FIFO slot: the largest slice")
+      ->check(CLI::Range(4, 65536));
   collective->add_option("--slots", co.slots, "allreduce FIFO slots per ring and rank")->check(CLI::Range(1, 64));
   collective->add_option("--buffer-kib", co.buffer_kib, "buffer per switch port");
   collective->add_option("--ecn-kb", co.ecn_kb, "ECN marking threshold (kB of egress backlog)");
@@ -457,7 +463,8 @@ int main(int argc, char** argv) {
                          "fail the busiest link between leaf 0 and a spine of plane 0 (both ways) from this time on");
   collective->add_option("--fail-plane-us", co.fail_plane_us,
                          "fail every link of plane 0 from this time on (the NICs see it and tell their engines)");
-  collective->add_option("--time-limit-ms", co.time_limit_ms, "virtual time limit per case")->check(CLI::Range(1, 100'000));
+  collective->add_option("--time-limit-ms", co.time_limit_ms, "virtual time limit per case")
+      ->check(CLI::Range(1, 100'000));
   CLI11_PARSE(app, argc, argv);
   if (bench->parsed()) return run_bench(options);
   if (collective->parsed()) return run_collective_cases(co);

@@ -75,13 +75,11 @@ NodeId Simulator::add_switch() {
 void Simulator::validate(const LinkParams& p) const {
   if (p.rate_bps == 0) throw std::invalid_argument("netsim: link rate_bps must be > 0");
   if (!(p.loss >= 0 && p.loss <= 1)) throw std::invalid_argument("netsim: loss must be in [0, 1]");
-  if (!(p.duplicate >= 0 && p.duplicate <= 1))
-    throw std::invalid_argument("netsim: duplicate must be in [0, 1]");
+  if (!(p.duplicate >= 0 && p.duplicate <= 1)) throw std::invalid_argument("netsim: duplicate must be in [0, 1]");
 }
 
 LinkId Simulator::add_link(NodeId from, NodeId to, const LinkParams& params) {
-  if (from >= nodes_.size() || to >= nodes_.size())
-    throw std::invalid_argument("netsim: add_link with unknown node");
+  if (from >= nodes_.size() || to >= nodes_.size()) throw std::invalid_argument("netsim: add_link with unknown node");
   validate(params);
   Link l;
   l.from = from;
@@ -113,12 +111,11 @@ void Simulator::set_tx_ring(NodeId host, uint64_t bytes) {
 }
 
 void Simulator::add_route(NodeId at, NodeId dst, std::vector<LinkId> links, Select select) {
-  if (at >= nodes_.size() || dst >= nodes_.size())
-    throw std::invalid_argument("netsim: add_route with unknown node");
+  if (at >= nodes_.size() || dst >= nodes_.size()) throw std::invalid_argument("netsim: add_route with unknown node");
   for (LinkId l : links)
     if (link_ref(l).from != at)
-      throw std::invalid_argument("netsim: add_route link " + std::to_string(l) +
-                                  " does not start at node " + std::to_string(at));
+      throw std::invalid_argument("netsim: add_route link " + std::to_string(l) + " does not start at node " +
+                                  std::to_string(at));
   auto& routes = nodes_[at].routes;
   if (routes.size() <= dst) routes.resize(size_t{dst} + 1);
   routes[dst] = Route{std::move(links), select};
@@ -132,8 +129,7 @@ void Simulator::set_default_route(NodeId at, std::vector<LinkId> links, Select s
   nodes_[at].default_route = Route{std::move(links), select};
 }
 
-Simulator::ParallelPaths Simulator::connect_parallel(NodeId a, NodeId b,
-                                                     const std::vector<LinkParams>& per_path) {
+Simulator::ParallelPaths Simulator::connect_parallel(NodeId a, NodeId b, const std::vector<LinkParams>& per_path) {
   ParallelPaths paths;
   paths.forward.reserve(per_path.size());
   paths.reverse.reserve(per_path.size());
@@ -224,8 +220,7 @@ void Simulator::at(Time t, std::function<void()> action) {
 }
 
 Simulator::Node& Simulator::host_node(NodeId node) {
-  if (node >= nodes_.size() || nodes_[node].host == nullptr)
-    throw std::invalid_argument("netsim: node is not a host");
+  if (node >= nodes_.size() || nodes_[node].host == nullptr) throw std::invalid_argument("netsim: node is not a host");
   return nodes_[node];
 }
 
@@ -264,12 +259,8 @@ bool Simulator::run_until(const std::function<bool()>& done, Time limit) {
 
 void Simulator::dispatch(const Event& ev) {
   switch (ev.kind) {
-    case EventKind::Arrival:
-      on_arrival(ev.id, ev.arg);
-      break;
-    case EventKind::Timer:
-      on_timer_event(ev.id, ev.arg);
-      break;
+    case EventKind::Arrival: on_arrival(ev.id, ev.arg); break;
+    case EventKind::Timer: on_timer_event(ev.id, ev.arg); break;
     case EventKind::Poll:
       nodes_[ev.id].poll_pending = false;
       poll(ev.id);
@@ -283,18 +274,10 @@ void Simulator::dispatch(const Event& ev) {
       if (fn) fn();
       break;
     }
-    case EventKind::LossDrop:
-      ++links_[ev.id].stats.dropped_loss;
-      break;
-    case EventKind::BlackholeDrop:
-      ++links_[ev.id].stats.dropped_blackhole;
-      break;
-    case EventKind::TxDone:
-      on_tx_done(ev.id);
-      break;
-    case EventKind::PfcFrame:
-      on_pfc_frame(ev.id, ev.arg);
-      break;
+    case EventKind::LossDrop: ++links_[ev.id].stats.dropped_loss; break;
+    case EventKind::BlackholeDrop: ++links_[ev.id].stats.dropped_blackhole; break;
+    case EventKind::TxDone: on_tx_done(ev.id); break;
+    case EventKind::PfcFrame: on_pfc_frame(ev.id, ev.arg); break;
   }
 }
 

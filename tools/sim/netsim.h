@@ -78,9 +78,9 @@ struct LinkParams {
   // derived from the time the queue needs to drain, which includes overhead.
   uint64_t queue_bytes = 4 << 20;             // drop-tail: drop if backlog + wire size > this
   uint64_t ecn_threshold_bytes = UINT64_MAX;  // mark CE when backlog found at enqueue exceeds this
-  uint32_t overhead_bytes = 0;  // per-packet bytes added on the wire (headers); not in bytes_in
-  double loss = 0;              // probability a packet is lost (after it used the link)
-  double duplicate = 0;         // probability a delivered packet is delivered twice
+  uint32_t overhead_bytes = 0;                // per-packet bytes added on the wire (headers); not in bytes_in
+  double loss = 0;                            // probability a packet is lost (after it used the link)
+  double duplicate = 0;                       // probability a delivered packet is delivered twice
   // [start, end): every packet that would leave the link then is dropped.
   std::vector<std::pair<Time, Time>> blackholes;
 };
@@ -95,9 +95,8 @@ struct LinkParams {
 // injected: datagrams Simulator::inject() delivered at the link's far end
 // (not in delivered).
 struct LinkStats {
-  uint64_t packets_in = 0, bytes_in = 0, delivered = 0, dropped_loss = 0, dropped_queue = 0,
-           dropped_blackhole = 0, duplicated = 0, ce_marked = 0, max_backlog_bytes = 0,
-           pause_frames = 0, paused_ns = 0, injected = 0;
+  uint64_t packets_in = 0, bytes_in = 0, delivered = 0, dropped_loss = 0, dropped_queue = 0, dropped_blackhole = 0,
+           duplicated = 0, ce_marked = 0, max_backlog_bytes = 0, pause_frames = 0, paused_ns = 0, injected = 0;
 };
 
 // An observer of the fabric (an attacker node in the tests): it sees every
@@ -232,13 +231,11 @@ class Simulator {
     // Arrival: slot | dup flag | inject flag; Timer: generation; Action: action index;
     // PfcFrame: frame number << 1 | 1 for XOFF, 0 for XON.
     uint64_t arg;
-    uint32_t id;   // link id or node id
+    uint32_t id;  // link id or node id
     EventKind kind;
   };
   struct Later {
-    bool operator()(const Event& a, const Event& b) const {
-      return a.time != b.time ? a.time > b.time : a.seq > b.seq;
-    }
+    bool operator()(const Event& a, const Event& b) const { return a.time != b.time ? a.time > b.time : a.seq > b.seq; }
   };
   struct Route {
     std::vector<LinkId> links;
@@ -256,8 +253,8 @@ class Simulator {
     bool tx_blocked = false;     // a full ring stopped polling; a draining uplink resumes it
     // Host timer state.
     uint64_t timer_gen = 0;
-    Time timer_at = kNever;        // time of the live timer event, kNever if none
-    Time last_on_timer = kNever;   // virtual time of the latest on_timer call
+    Time timer_at = kNever;       // time of the live timer event, kNever if none
+    Time last_on_timer = kNever;  // virtual time of the latest on_timer call
     bool poll_pending = false;
   };
   // A packet in an explicit link queue, with the fate drawn when it entered.
@@ -287,9 +284,9 @@ class Simulator {
     uint64_t fifo_bytes = 0;
     bool transmitting = false;
     QueuedPacket in_tx;
-    bool paused = false;        // an XOFF from the far end holds this link
+    bool paused = false;  // an XOFF from the far end holds this link
     Time paused_since = 0;
-    uint64_t resume_ps = 0;     // no frame starts before this (the latest XON's arrival)
+    uint64_t resume_ps = 0;  // no frame starts before this (the latest XON's arrival)
     uint64_t pfc_frames_applied = 0;
     // PFC at the far end: bytes that came over this link and are still
     // held there, whether the far end has sent XOFF, and frames it sent.
@@ -317,7 +314,7 @@ class Simulator {
   void on_timer_event(NodeId node, uint64_t gen);
   void poll(NodeId node);
   void schedule_timer(NodeId node, Time wakeup);
-  double uniform();                // [0, 1)
+  double uniform();                     // [0, 1)
   uint64_t uniform_upto(uint64_t max);  // [0, max]
   Node& host_node(NodeId node);
   Link& link_ref(LinkId link);

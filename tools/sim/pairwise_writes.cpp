@@ -93,10 +93,10 @@ PairwiseWrites::PairwiseWrites(Cluster& cluster, const CollectiveSpec& spec)
       rank.lkey.push_back(rank.send.empty() ? 0
                                             : *memory.register_region(kPd, addr(rank.send.data()), rank.send.size(),
                                                                       transport::kAccessLocalWrite));
-      rank.rkey.push_back(rank.recv.empty() ? 0
-                                            : *memory.register_region(
-                                                  kPd, addr(rank.recv.data()), rank.recv.size(),
-                                                  transport::kAccessLocalWrite | transport::kAccessRemoteWrite));
+      rank.rkey.push_back(rank.recv.empty()
+                              ? 0
+                              : *memory.register_region(kPd, addr(rank.recv.data()), rank.recv.size(),
+                                                        transport::kAccessLocalWrite | transport::kAccessRemoteWrite));
     }
   }
   // One RC QP per pair of ranks and rail, used in both directions.

@@ -17,10 +17,10 @@ struct RigSpec {
   uint16_t links = 4;                  // parallel paths in the fabric
   uint64_t link_rate_bps = 100'000'000'000;
   Time one_way_delay_ns = 4'000;
-  std::vector<Time> extra_delay_ns;    // per link, added to one_way_delay_ns
+  std::vector<Time> extra_delay_ns;  // per link, added to one_way_delay_ns
   Time jitter_ns = 0;
   bool reorder_within_link = false;
-  double loss = 0;                     // every link, both directions
+  double loss = 0;  // every link, both directions
   double duplicate = 0;
   uint64_t ecn_threshold_bytes = 100'000;
   uint64_t queue_bytes = 2 << 20;
@@ -35,8 +35,8 @@ struct QpPair {
 
 // Creates a CQ of `cq_depth` and an RC QP on each host and moves both to RTS,
 // each QP's peer the other.
-QpPair connect_qps(EngineHost& a, NodeId node_a, EngineHost& b, NodeId node_b,
-                   const transport::QpConfig& config = {}, uint32_t pd = 1, uint32_t cq_depth = 1 << 16);
+QpPair connect_qps(EngineHost& a, NodeId node_a, EngineHost& b, NodeId node_b, const transport::QpConfig& config = {},
+                   uint32_t pd = 1, uint32_t cq_depth = 1 << 16);
 
 class TwoHostRig {
  public:

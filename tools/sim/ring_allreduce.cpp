@@ -64,14 +64,14 @@ class RingAllReduce final : public CollectiveWorkload {
     uint32_t qp_next = 0, qp_prev = 0;  // to rank + 1; from rank - 1
     uint32_t sent = 0, received = 0, credits = 0, send_completed = 0;
     bool done = false;
-    std::vector<uint32_t> slots;        // slots_ x slot_elements_ elements, written by rank - 1
+    std::vector<uint32_t> slots;  // slots_ x slot_elements_ elements, written by rank - 1
     uint32_t slots_rkey = 0;
-    std::vector<Time> posted_at;        // per unit
+    std::vector<Time> posted_at;  // per unit
   };
   struct Rank {
     std::vector<uint32_t> buffer;
-    std::vector<uint32_t> lkey;         // per rail
-    std::vector<Lane> lanes;            // per channel
+    std::vector<uint32_t> lkey;  // per rail
+    std::vector<Lane> lanes;     // per channel
     uint32_t lanes_done = 0;
   };
   enum class Role : uint8_t { Next, Prev };
@@ -139,9 +139,11 @@ RingAllReduce::RingAllReduce(Cluster& cluster, const CollectiveSpec& spec)
     for (uint32_t c = 0; c < channels_.size(); ++c) {
       Lane& lane = rank.lanes[c];
       lane.slots.assign(slots_ * slot_elements_, 0);
-      lane.slots_rkey = *cluster.host(r, channels_[c].rail).endpoint().memory().register_region(
-          kPd, addr(lane.slots.data()), lane.slots.size() * sizeof(uint32_t),
-          transport::kAccessLocalWrite | transport::kAccessRemoteWrite);
+      lane.slots_rkey = *cluster.host(r, channels_[c].rail)
+                             .endpoint()
+                             .memory()
+                             .register_region(kPd, addr(lane.slots.data()), lane.slots.size() * sizeof(uint32_t),
+                                              transport::kAccessLocalWrite | transport::kAccessRemoteWrite);
       lane.posted_at.assign(units(), 0);
     }
   }

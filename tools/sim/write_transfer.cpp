@@ -38,9 +38,8 @@ WriteTransferResult run_write_transfer(const WriteTransferSpec& spec) {
   const uint32_t pd = 1;
   const auto lkey = a.memory().register_region(pd, reinterpret_cast<uintptr_t>(source.data()), source.size(),
                                                transport::kAccessLocalWrite);
-  const auto rkey = b.memory().register_region(
-      pd, reinterpret_cast<uintptr_t>(sink.data()), sink.size(),
-      transport::kAccessLocalWrite | transport::kAccessRemoteWrite);
+  const auto rkey = b.memory().register_region(pd, reinterpret_cast<uintptr_t>(sink.data()), sink.size(),
+                                               transport::kAccessLocalWrite | transport::kAccessRemoteWrite);
   std::vector<QpPair> pairs;
   for (uint32_t i = 0; i < std::max<uint32_t>(spec.qps, 1); ++i) pairs.push_back(rig.connect_qps(spec.qp, pd));
 
@@ -56,7 +55,8 @@ WriteTransferResult run_write_transfer(const WriteTransferSpec& spec) {
     for (size_t q = 0; q < pairs.size(); ++q) {
       while (in_flight[q] < spec.outstanding && next_message < messages) {
         const uint64_t offset = next_message * spec.message_bytes;
-        const uint32_t length = static_cast<uint32_t>(std::min<uint64_t>(spec.message_bytes, spec.total_bytes - offset));
+        const uint32_t length =
+            static_cast<uint32_t>(std::min<uint64_t>(spec.message_bytes, spec.total_bytes - offset));
         SendWr wr;
         wr.wr_id = next_message;
         wr.opcode = WrOpcode::RdmaWrite;
@@ -102,8 +102,7 @@ WriteTransferResult run_write_transfer(const WriteTransferSpec& spec) {
   first_post = rig.sim().now();
   post_more(first_post);
   rig.sim().wake(rig.node_a());
-  rig.sim().run_until([&] { return completed == messages || result.error_completions > 0; },
-                      spec.time_limit_ns);
+  rig.sim().run_until([&] { return completed == messages || result.error_completions > 0; }, spec.time_limit_ns);
 
   result.completed = completed == messages;
   result.data_intact = std::memcmp(source.data(), sink.data(), source.size()) == 0;

@@ -31,12 +31,12 @@ struct WriteTransferSpec {
 };
 
 struct WriteTransferResult {
-  bool completed = false;       // every message completed before the time limit
-  bool data_intact = false;     // B's buffer equals A's
+  bool completed = false;    // every message completed before the time limit
+  bool data_intact = false;  // B's buffer equals A's
   uint64_t error_completions = 0;
-  Time duration_ns = 0;         // first post to last completion
+  Time duration_ns = 0;  // first post to last completion
   double goodput_gbps = 0;
-  std::vector<Time> fct_ns;     // per message: post to completion
+  std::vector<Time> fct_ns;                         // per message: post to completion
   std::vector<std::pair<Time, uint64_t>> timeline;  // (time, bytes placed at B)
   transport::EndpointCounters sender, receiver;
   std::vector<transport::PathSnapshot> sender_paths;
