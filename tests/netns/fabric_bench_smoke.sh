@@ -20,7 +20,8 @@ cat "$WORK/rows.json"
 python3 - "$WORK/rows.json" <<'PY' || fail "fabric-bench rows do not hold up (above)"
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
-need = {"system", "loss", "scenario", "goodput_gbps", "retained", "cpu_sender_pct", "cpu_receiver_pct"}
+need = {"system", "loss", "scenario", "goodput_gbps", "retained", "cpu_sender_pct", "cpu_receiver_pct",
+        "cpu_s_per_gib"}
 want = {("udp", None), ("metaroce", "ib_write_bw"), ("metaroce", "metaroce-perf"),
         ("rocev2", "ib_write_bw"), ("rocev2", "metaroce-perf")}
 seen = {(r["system"], r.get("tool")) for r in rows}
@@ -29,7 +30,7 @@ assert len(rows) == 2 * len(want), f"{len(rows)} rows"
 for r in rows:
     assert need <= r.keys(), f"row lacks {need - r.keys()}: {r}"
     if r["scenario"] == "baseline":
-        assert r["goodput_gbps"] > 0 and r["retained"] == 1.0, r
+        assert r["goodput_gbps"] > 0 and r["retained"] == 1.0 and r["cpu_s_per_gib"] > 0, r
     if r.get("tool") == "metaroce-perf" and not r.get("stalled"):
         assert r.get("verified") is True, r
 def goodput(system, tool):

@@ -67,6 +67,9 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// CPU seconds per GiB moved, the unit fabric-bench reports too.
+double cpu_s_per_gib(double cpu, size_t bytes) { return bytes ? cpu / (static_cast<double>(bytes) / (1u << 30)) : 0.0; }
+
 double cpu_seconds() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
@@ -167,11 +170,11 @@ void run_raw(const Args& args, bool gso) {
   std::printf(
       "{\"bench\":\"io_loopback\",\"case\":\"%s\",\"gso\":%s,\"gro\":%s,\"bytes_sent\":%zu,\"bytes_received\":%zu,"
       "\"loss_pct\":%.2f,\"datagram_bytes\":%u,\"seconds\":%.4f,\"goodput_gbps\":%.2f,\"cpu_seconds\":%.3f,"
-      "\"send_syscalls\":%llu,\"receive_syscalls\":%llu}\n",
+      "\"cpu_s_per_gib\":%.3f,\"send_syscalls\":%llu,\"receive_syscalls\":%llu}\n",
       gso ? "raw-udp-gso" : "raw-udp", gso ? "true" : "false", gso ? "true" : "false", sent, received.load(),
       100.0 * (1.0 - static_cast<double>(received.load()) / static_cast<double>(sent)), datagram, wall,
-      static_cast<double>(received.load()) * 8 / wall / 1e9, cpu, static_cast<unsigned long long>(send_calls),
-      static_cast<unsigned long long>(receive_calls.load()));
+      static_cast<double>(received.load()) * 8 / wall / 1e9, cpu, cpu_s_per_gib(cpu, received.load()),
+      static_cast<unsigned long long>(send_calls), static_cast<unsigned long long>(receive_calls.load()));
   std::fflush(stdout);
   close(rx);
   close(tx);
@@ -294,18 +297,19 @@ void run_metaroce(const Args& args, bool io_uring, bool gso, Security security, 
       "{\"bench\":\"io_loopback\",\"case\":\"metaroce\",\"security\":\"%s\",\"backend\":\"%s\",\"gso\":%s,\"gro\":%s,"
       "\"bytes\":%zu,"
       "\"message_bytes\":%zu,\"mtu\":%u,\"paths\":%u,\"burst_us\":%llu,\"intact\":%s,\"seconds\":%.4f,"
-      "\"goodput_gbps\":%.2f,\"cpu_seconds\":%.3f,\"cpu_ns_per_byte\":%.3f,\"datagrams_sent\":%llu,\"send_syscalls\":%"
-      "llu,"
+      "\"goodput_gbps\":%.2f,\"cpu_seconds\":%.3f,\"cpu_ns_per_byte\":%.3f,\"cpu_s_per_gib\":%.3f,"
+      "\"datagrams_sent\":%llu,\"send_syscalls\":%llu,"
       "\"gso_sends\":%llu,\"receiver_datagrams\":%llu,\"receiver_syscalls\":%llu,\"gro_receives\":%llu,"
       "\"retransmits\":%llu,\"sender_wakeups\":%llu,\"receiver_wakeups\":%llu}\n",
       metaroce::wire::to_string(security), sa.io_uring ? "io_uring" : "sendmmsg", sa.gso ? "true" : "false",
       sb.gro ? "true" : "false", total, message, args.mtu, args.paths, static_cast<unsigned long long>(args.burst_us),
       intact ? "true" : "false", wall, intact ? static_cast<double>(total) * 8 / wall / 1e9 : 0.0, cpu,
-      cpu * 1e9 / static_cast<double>(total), static_cast<unsigned long long>(sa.datagrams_sent),
-      static_cast<unsigned long long>(sa.send_syscalls), static_cast<unsigned long long>(sa.gso_sends),
-      static_cast<unsigned long long>(sb.datagrams_received), static_cast<unsigned long long>(sb.receive_syscalls),
-      static_cast<unsigned long long>(sb.gro_receives), static_cast<unsigned long long>(ca.tx_retransmits),
-      static_cast<unsigned long long>(sa.progress_wakeups), static_cast<unsigned long long>(sb.progress_wakeups));
+      cpu * 1e9 / static_cast<double>(total), cpu_s_per_gib(cpu, total),
+      static_cast<unsigned long long>(sa.datagrams_sent), static_cast<unsigned long long>(sa.send_syscalls),
+      static_cast<unsigned long long>(sa.gso_sends), static_cast<unsigned long long>(sb.datagrams_received),
+      static_cast<unsigned long long>(sb.receive_syscalls), static_cast<unsigned long long>(sb.gro_receives),
+      static_cast<unsigned long long>(ca.tx_retransmits), static_cast<unsigned long long>(sa.progress_wakeups),
+      static_cast<unsigned long long>(sb.progress_wakeups));
   std::fflush(stdout);
 }
 
@@ -387,10 +391,10 @@ void run_engine_only(const Args& args, Security security, std::vector<uint8_t>& 
   std::printf(
       "{\"bench\":\"io_loopback\",\"case\":\"engine-only\",\"security\":\"%s\",\"bytes\":%zu,\"mtu\":%u,\"paths\":%u,"
       "\"intact\":%s,\"seconds\":%.4f,\"goodput_gbps\":%.2f,\"cpu_seconds\":%.3f,\"cpu_ns_per_byte\":%.3f,"
-      "\"datagrams_sent\":%llu}\n",
+      "\"cpu_s_per_gib\":%.3f,\"datagrams_sent\":%llu}\n",
       metaroce::wire::to_string(security), total, args.mtu, args.paths, intact ? "true" : "false", wall,
       intact ? static_cast<double>(total) * 8 / wall / 1e9 : 0.0, cpu, cpu * 1e9 / static_cast<double>(total),
-      static_cast<unsigned long long>(datagrams));
+      cpu_s_per_gib(cpu, total), static_cast<unsigned long long>(datagrams));
   std::fflush(stdout);
 }
 
