@@ -13,33 +13,43 @@
 
 namespace metaroce::verbs {
 
+namespace {
+
+bool is_loopback(const sockaddr_storage& a) {
+  if (a.ss_family == AF_INET)
+    return (ntohl(reinterpret_cast<const sockaddr_in&>(a).sin_addr.s_addr) >> 24) == IN_LOOPBACKNET;
+  return a.ss_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6&>(a).sin6_addr);
+}
+
+}  // namespace
+
+bool av_address(const Device& device, const ibv_ah_attr& av, sockaddr_storage& out) {
+  std::memset(&out, 0, sizeof out);
+  if (!av.is_global) {
+    if (!is_loopback(device.address)) return false;
+    out = device.address;
+    return true;
+  }
+  static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  static constexpr uint8_t kZero[16] = {};
+  const uint8_t* raw = av.grh.dgid.raw;
+  if (std::memcmp(raw, kZero, sizeof kZero) == 0) return false;
+  if (std::memcmp(raw, kMapped, sizeof kMapped) == 0) {
+    auto& sin = reinterpret_cast<sockaddr_in&>(out);
+    sin.sin_family = AF_INET;
+    std::memcpy(&sin.sin_addr, raw + 12, 4);
+  } else {
+    auto& sin6 = reinterpret_cast<sockaddr_in6&>(out);
+    sin6.sin6_family = AF_INET6;
+    std::memcpy(&sin6.sin6_addr, raw, 16);
+  }
+  return out.ss_family == device.address.ss_family;
+}
+
 ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
   Context* ctx = context_of(pd->context);
-  if (attr->port_num != 1) {
-    errno = EINVAL;
-    return nullptr;
-  }
   sockaddr_storage address{};
-  if (!attr->is_global) {
-    // No GRH: LIDs are 0 here, so only this host is reachable.
-    address = ctx->device->address;
-  } else {
-    static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-    const uint8_t* raw = attr->grh.dgid.raw;
-    if (std::memcmp(raw, kMapped, sizeof kMapped) == 0) {
-      auto& sin = reinterpret_cast<sockaddr_in&>(address);
-      sin.sin_family = AF_INET;
-      std::memcpy(&sin.sin_addr, raw + 12, 4);
-    } else {
-      auto& sin6 = reinterpret_cast<sockaddr_in6&>(address);
-      sin6.sin6_family = AF_INET6;
-      std::memcpy(&sin6.sin6_addr, raw, 16);
-    }
-  }
-  // A v4 device cannot reach a v6 GID (or the reverse); a zero GID is no address.
-  static constexpr uint8_t kZero[16] = {};
-  if (address.ss_family != ctx->device->address.ss_family ||
-      (attr->is_global && std::memcmp(attr->grh.dgid.raw, kZero, 16) == 0)) {
+  if (attr->port_num != 1 || !av_address(*ctx->device, *attr, address)) {
     errno = EINVAL;
     return nullptr;
   }

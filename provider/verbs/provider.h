@@ -172,6 +172,15 @@ struct Srq {
   EventCounts events;
 };
 
+// The destination IP of an address vector (no port): its GRH's destination
+// GID, IPv4-mapped or IPv6. Without a GRH (LIDs are 0 here) only this host
+// is reachable, which a loopback device allows (qperf and ibv_rc_pingpong
+// without -g exchange LIDs only) and any other device refuses, as rxe
+// refuses a RoCE address vector without a GRH: the packets would go to this
+// host, and the requester would time out instead of being told. False also
+// for a zero GID and for a family the device does not speak.
+bool av_address(const Device& device, const ibv_ah_attr& av, sockaddr_storage& out);
+
 struct Ah {
   ibv_ah ibv{};                // must be first
   sockaddr_storage address{};  // the destination IP (the port comes from each WR's QP number)

@@ -62,27 +62,10 @@ transport::QpState to_engine(ibv_qp_state s) {
 
 // The peer's (IP, home port) from the address vector and its QP number.
 bool peer_address(const Context& ctx, const ibv_ah_attr& ah, uint32_t dest_qpn, sockaddr_storage& out) {
-  std::memset(&out, 0, sizeof out);
-  const uint16_t port = home_port_of_qpn(dest_qpn);
-  if (!ah.is_global) {
-    // No GRH: only meaningful on one host (LIDs are 0 here); use our address.
-    out = ctx.device->address;
-  } else {
-    const uint8_t* raw = ah.grh.dgid.raw;
-    static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-    if (std::memcmp(raw, kMapped, 12) == 0) {
-      auto& sin = reinterpret_cast<sockaddr_in&>(out);
-      sin.sin_family = AF_INET;
-      std::memcpy(&sin.sin_addr, raw + 12, 4);
-    } else {
-      auto& sin6 = reinterpret_cast<sockaddr_in6&>(out);
-      sin6.sin6_family = AF_INET6;
-      std::memcpy(&sin6.sin6_addr, raw, 16);
-    }
-  }
-  if (out.ss_family != ctx.device->address.ss_family) return false;  // v4 device, v6 peer or vice versa
-  if (out.ss_family == AF_INET) reinterpret_cast<sockaddr_in&>(out).sin_port = htons(port);
-  else reinterpret_cast<sockaddr_in6&>(out).sin6_port = htons(port);
+  if (!av_address(*ctx.device, ah, out)) return false;
+  const uint16_t port = htons(home_port_of_qpn(dest_qpn));
+  if (out.ss_family == AF_INET) reinterpret_cast<sockaddr_in&>(out).sin_port = port;
+  else reinterpret_cast<sockaddr_in6&>(out).sin6_port = port;
   return true;
 }
 

@@ -11,6 +11,8 @@
 #   datapath.sh stray         garbage thrown at a live endpoint during a transfer
 #   datapath.sh mtu           the defaults fit the links (1500 bytes, then jumbo frames): active
 #                             MTU, whole-frame packets, no IP fragment; a smaller path_mtu per QP
+#   datapath.sh no-grh        ibv_rc_pingpong with a GID (-g 0) works between hosts; without one
+#                             (LIDs only) both ends are refused at once, as rxe refuses them
 #
 # Environment (from tests/netns/meson.build): METAROCE_FABRIC, METAROCE_RUN,
 # METAROCE_PERF, UDP_BLASTER.
@@ -183,6 +185,25 @@ stray)
         ("unknown_sender_drops", "truncated_drops", "rx_drop_malformed"))')
     (( ${drops:-0} > 0 )) || { cat "$WORK"/metaroce-perf-*.server >&2; fail "the garbage was not counted as dropped"; }
     pass "garbage at the home port during a transfer: $drops datagrams counted as dropped; transfer completed and verified"
+    ;;
+no-grh)
+    command -v ibv_rc_pingpong >/dev/null 2>&1 || skip "ibv_rc_pingpong not installed (ibverbs-utils)"
+    pair 60 h1 h0 18960 ibv_rc_pingpong -d mr0 -g 0
+    grep -q "iters in" "$WORK/ibv_rc_pingpong-18960.client" || fail "ibv_rc_pingpong -g 0 printed no result"
+    # Without -g the address vector has no GRH: modify_qp to RTR fails (a
+    # clear error at once), where it used to send to its own host and time out.
+    start_server h1 60 18961 "$WORK/nogrh.server" ibv_rc_pingpong -d mr0
+    nogrh_server=$SERVER
+    rc=0
+    on h0 60 ibv_rc_pingpong -d mr0 -p 18961 "$(fab addr h1)" >"$WORK/nogrh.client" 2>&1 || rc=$?
+    src=0
+    wait "$nogrh_server" || src=$?
+    cat "$WORK/nogrh.client" "$WORK/nogrh.server"
+    [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "client without a GID: exit $rc, not a refusal"
+    [ "$src" -ne 0 ] && [ "$src" -ne 124 ] || fail "server without a GID: exit $src, not a refusal"
+    grep -q "Couldn't connect to remote QP\|Failed to modify QP" "$WORK/nogrh.server" "$WORK/nogrh.client" ||
+        fail "no modify_qp refusal in ibv_rc_pingpong's output"
+    pass "ibv_rc_pingpong: works with -g 0; refused at once without a GID"
     ;;
 *)
     fail "unknown scenario $scenario"
