@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # fabric-bench end to end, briefly: every row it prints is well formed, the
-# metaroce-perf rows verified their data, and at 10% loss on every path
-# MetaRoCE moves more than twice what the RoCEv2 profile does.
+# metaroce-perf rows verified their data, at 10% loss on every path
+# MetaRoCE moves more than twice what the RoCEv2 profile does, and the
+# latency rows measured every ping-pong.
 source "$(dirname "$0")/lib.sh"
 require_netns
 use_prefix mrt-fbench
@@ -13,13 +14,20 @@ command -v ib_write_bw >/dev/null 2>&1 || skip "ib_write_bw not installed (apt-g
 "$(dirname "$0")/../../tools/bench/fabric-bench" --seconds 1 --prefix "$PREFIX" \
     --metaroce-run "$RUN" --metaroce-perf "$PERF" --blaster "$BLASTER" \
     --systems udp,metaroce,rocev2 --tools ib_write_bw,metaroce-perf \
-    --scenarios baseline,loss0.1 >"$WORK/rows.json" 2>"$WORK/bench.err" ||
+    --scenarios baseline,loss0.1,latency >"$WORK/rows.json" 2>"$WORK/bench.err" ||
     { cat "$WORK/rows.json" "$WORK/bench.err" >&2; fail "fabric-bench failed"; }
 cat "$WORK/rows.json"
 
 python3 - "$WORK/rows.json" <<'PY' || fail "fabric-bench rows do not hold up (above)"
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+latency = [r for r in rows if r["scenario"] == "latency"]
+rows = [r for r in rows if r["scenario"] != "latency"]
+assert {(r["system"], r["tool"]) for r in latency} == {
+    ("udp", "udp_lat"), ("metaroce", "ib_write_lat"), ("metaroce", "ib_send_lat"),
+    ("rocev2", "ib_write_lat"), ("rocev2", "ib_send_lat")}, f"latency rows: {latency}"
+for r in latency:
+    assert r.get("latency_us", 0) > 0 and r.get("vs_udp", 0) > 0, r
 need = {"system", "loss", "scenario", "goodput_gbps", "retained", "cpu_sender_pct", "cpu_receiver_pct",
         "cpu_s_per_gib"}
 want = {("udp", None), ("metaroce", "ib_write_bw"), ("metaroce", "metaroce-perf"),
