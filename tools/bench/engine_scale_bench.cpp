@@ -17,18 +17,19 @@
 // and once round-robin over --qps QPs of the same connection: goodput in
 // virtual time and the CPU seconds the simulation took, side by side.
 #include <malloc.h>
-#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "cpu_time.h"
 #include "endpoint.h"
 #include "write_transfer.h"
 
 namespace {
 
+using metaroce::bench::cpu_seconds;
 using metaroce::transport::Endpoint;
 using metaroce::transport::EndpointConfig;
 using metaroce::transport::PostResult;
@@ -38,13 +39,6 @@ using metaroce::transport::Time;
 size_t heap_bytes_in_use() {
   const struct mallinfo2 info = mallinfo2();
   return info.uordblks + info.hblkhd;
-}
-
-double cpu_seconds() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
-         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
 }
 
 // Fires every timer due up to `until` and drains what it sends; returns the

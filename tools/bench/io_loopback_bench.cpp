@@ -14,7 +14,6 @@
 // all three, side by side) and report the CPU time per byte moved.
 #include <netinet/in.h>
 #include <netinet/udp.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -30,11 +29,14 @@
 #include <thread>
 #include <vector>
 
+#include "cpu_time.h"
 #include "metaroce/wire.h"
 #include "runtime.h"
 
 namespace {
 
+using metaroce::bench::cpu_s_per_gib;
+using metaroce::bench::cpu_seconds;
 using metaroce::io::Runtime;
 using metaroce::io::RuntimeOptions;
 using metaroce::io::RuntimeStats;
@@ -65,16 +67,6 @@ void key_endpoints(Endpoint& a, metaroce::transport::PeerId b_at_a, Endpoint& b,
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-// CPU seconds per GiB moved, the unit fabric-bench reports too.
-double cpu_s_per_gib(double cpu, size_t bytes) { return bytes ? cpu / (static_cast<double>(bytes) / (1u << 30)) : 0.0; }
-
-double cpu_seconds() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
-         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
 }
 
 void set_buffers(int fd, int bytes) {

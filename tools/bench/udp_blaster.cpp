@@ -28,11 +28,12 @@
 #include <poll.h>
 #include <unordered_map>
 #include <string>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <thread>
 #include <unistd.h>
 #include <vector>
+
+#include "cpu_time.h"
 
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
@@ -47,6 +48,7 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using metaroce::bench::cpu_seconds;
 
 volatile std::sig_atomic_t g_stop = 0;
 void on_signal(int) { g_stop = 1; }
@@ -105,13 +107,6 @@ void set_buffer(int fd, int force_opt, int opt, int bytes) {
   if (setsockopt(fd, SOL_SOCKET, force_opt, &bytes, sizeof bytes) != 0) {
     setsockopt(fd, SOL_SOCKET, opt, &bytes, sizeof bytes);
   }
-}
-
-double cpu_seconds() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
