@@ -42,6 +42,7 @@
 #include <future>
 #include <thread>
 
+#include "guarded_read.h"
 #include "io_backend.h"
 #include "metaroce/wire.h"
 #include "peer_table.h"
@@ -320,6 +321,7 @@ bool RuntimeImpl::start(std::string& error) {
   }
   config.pacing_burst_ns = options_.pacing_burst_ns;
   engine_ = std::make_unique<transport::Endpoint>(config);
+  engine_->memory().set_guarded_read(&guarded_read);
   path_count_ = std::max<uint16_t>(engine_->config().paths, 1);
   max_datagram_ = engine_->max_datagram_bytes();
 

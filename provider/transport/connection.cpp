@@ -787,6 +787,10 @@ size_t Connection::send_rewind(Time now, SendPath& path, std::span<uint8_t> out)
     QueuePair* qp = attached_qp(record.ref.qpn);
     if (qp && !qp->source_readable(record.ref)) qp->abandon_source(record.ref);
     size_t length = qp ? qp->build_packet(record.ref, origin(0), path.rewind_seq - 1, wire::kFlagRetransmit, out) : 0;
+    if (length == 0 && qp && record.ref.response) {  // a resent READ response whose memory is gone
+      ++endpoint_.counters_.tx_response_unreadable;
+      qp->abandon_source(record.ref);
+    }
     if (length == 0) {
       wire::DataHeader filler;
       filler.opcode = wire::Opcode::Write;
@@ -866,7 +870,13 @@ size_t Connection::send_data(Time now, std::span<uint8_t> out, uint16_t& path_id
     return 0;
   }
   const size_t length = qp->build_packet(ref, origin(path->id), path->next_seq, flags, out);
-  if (length == 0) return 0;
+  if (length == 0) {
+    if (retransmit && ref.response) {  // a resent READ response whose memory is gone
+      ++endpoint_.counters_.tx_response_unreadable;
+      qp->abandon_source(ref);
+    }
+    return 0;
+  }
   if (!ref.response) qp->on_request_sent(now);
   path->records.push_back({ref, now, static_cast<uint32_t>(length), TxRecord::State::InFlight});
   ++path->next_seq;

@@ -65,7 +65,8 @@ namespace metaroce::transport {
   X(rx_drop_path_jump, "datagrams", "path_seq implausibly far beyond the path's highest")                       \
   X(rd_atomic_limit_refusals, "packets", "READ/atomic beyond max_dest_rd_atomic (also an rx_drop_bad_request)") \
   X(tx_control_dropped, "packets", "NAK or probe reply not queued: the control queue was full")                 \
-  X(tx_psn_fillers, "packets", "rocev2 profile: go-back-N sent a PSN filler for a packet it could not rebuild")
+  X(tx_psn_fillers, "packets", "rocev2 profile: go-back-N sent a PSN filler for a packet it could not rebuild") \
+  X(tx_response_unreadable, "packets", "READ response abandoned: a resend could not read its memory (unmapped)")
 
 struct EndpointCounters {
 #define METAROCE_COUNTER_FIELD(name, unit, meaning) uint64_t name = 0;

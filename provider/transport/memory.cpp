@@ -68,6 +68,12 @@ const MemoryRegion* MemoryRegistry::find(uint32_t key) const {
   return &slot.region;
 }
 
+bool MemoryRegistry::read_guarded(void* dst, uint64_t addr, size_t length) const {
+  if (guarded_read_) return guarded_read_(dst, addr, length);
+  std::memcpy(dst, reinterpret_cast<const void*>(static_cast<uintptr_t>(addr)), length);
+  return true;
+}
+
 AccessCheck MemoryRegistry::check_remote(uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t length,
                                          uint32_t required) const {
   const MemoryRegion* mr = find(rkey);

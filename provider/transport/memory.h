@@ -53,6 +53,18 @@ class MemoryRegistry {
   AccessCheck check_local(uint32_t lkey, uint32_t pd, uint64_t addr, uint64_t length, bool need_write) const;
   AccessCheck check_sges(std::span<const Sge> sges, uint32_t pd, bool need_write) const;
 
+  // Copies `length` registered bytes at `addr` into dst; false when they
+  // could not be read. A NIC reads the pinned pages of a region; this
+  // engine reads through the address space, where an application may unmap
+  // memory that is still registered (UCX's registration cache deregisters
+  // lazily, after the munmap). The driver installs a reader that survives
+  // that (the runtime's uses process_vm_readv); without one it is memcpy.
+  // Used where the engine may read after the application thinks the memory
+  // is no longer in use: a READ response resent after the requester has it.
+  using GuardedRead = bool (*)(void* dst, uint64_t addr, size_t length);
+  void set_guarded_read(GuardedRead read) { guarded_read_ = read; }
+  bool read_guarded(void* dst, uint64_t addr, size_t length) const;
+
  private:
   struct Slot {
     MemoryRegion region;
@@ -64,6 +76,7 @@ class MemoryRegistry {
   std::deque<uint32_t> free_;  // oldest first
   size_t live_ = 0;
   SplitMix64 rng_;
+  GuardedRead guarded_read_ = nullptr;
 };
 
 // Copies between a scatter/gather list and a flat byte range, `offset` bytes

@@ -227,8 +227,14 @@ size_t QueuePair::build_packet(const ChunkRef& ref, wire::Origin origin, uint32_
     if (m->uses_owned) {
       std::memcpy(body.data(), m->owned.data() + h.offset, payload);
     } else if (m->uses_source_addr) {
-      std::memcpy(body.data(), reinterpret_cast<const void*>(static_cast<uintptr_t>(m->source_addr + h.offset)),
-                  payload);
+      // A resent READ response may find the responder's memory freed: the
+      // requester may have had every byte, and told the application so.
+      const uint64_t source = m->source_addr + h.offset;
+      if (flags & wire::kFlagRetransmit) {
+        if (!endpoint_.memory().read_guarded(body.data(), source, payload)) return 0;
+      } else {
+        std::memcpy(body.data(), reinterpret_cast<const void*>(static_cast<uintptr_t>(source)), payload);
+      }
     } else if (!gather_from_sges(sges_of(*m), h.offset, body)) {
       return 0;
     }

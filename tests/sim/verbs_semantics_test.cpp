@@ -5,6 +5,7 @@
 // errors, and what hostile or stray datagrams may (not) do.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -146,6 +147,49 @@ TEST_F(VerbsSemantics, ReadReturnsRemoteBytesUnderLoss) {
   EXPECT_EQ(std::memcmp(abuf_.data(), bbuf_.data() + 123, 300'000), 0);
   EXPECT_EQ(std::memcmp(abuf_.data() + 1'000'000, bbuf_.data() + 123 + 300'000, 700'000), 0);
   EXPECT_EQ(b().cq_depth(qp_.cq_b), 0u);  // one-sided: nothing at the target
+}
+
+// Resent READ response chunks read the responder's memory through the
+// driver's guarded reader (the runtime's survives memory the application
+// unmapped while it was registered); first sends do not.
+std::atomic<uint64_t> g_guarded_reads{0};
+bool counting_read(void* dst, uint64_t src, size_t length) {
+  ++g_guarded_reads;
+  std::memcpy(dst, reinterpret_cast<const void*>(static_cast<uintptr_t>(src)), length);
+  return true;
+}
+bool failing_read(void*, uint64_t, size_t) {
+  ++g_guarded_reads;
+  return false;
+}
+
+TEST_F(VerbsSemantics, ResentReadResponsesGoThroughTheGuardedReader) {
+  make(0.05);
+  g_guarded_reads = 0;
+  b().memory().set_guarded_read(&counting_read);
+  ASSERT_EQ(a().post_send(qp_.qp_a, read(1, 0, 1'000'000, 0)), PostResult::Ok);
+  const auto done = wait(a(), qp_.cq_a, 1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, WcStatus::Success);
+  EXPECT_EQ(std::memcmp(abuf_.data(), bbuf_.data(), 1'000'000), 0);
+  EXPECT_GT(b().counters().tx_retransmits, 0u);
+  EXPECT_EQ(g_guarded_reads.load(), b().counters().tx_retransmits);  // every resend and only resends
+  EXPECT_EQ(b().counters().tx_response_unreadable, 0u);
+}
+
+// Memory that cannot be read any more (unmapped while registered) ends the
+// response with a remote access NAK: the requester's READ fails, nothing
+// crashes and no stale bytes count as data.
+TEST_F(VerbsSemantics, AReadResponseWhoseMemoryIsGoneIsAbandoned) {
+  make(0.05);
+  g_guarded_reads = 0;
+  b().memory().set_guarded_read(&failing_read);
+  ASSERT_EQ(a().post_send(qp_.qp_a, read(1, 0, 1'000'000, 0)), PostResult::Ok);
+  const auto done = wait(a(), qp_.cq_a, 1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, WcStatus::RemoteAccessError);
+  EXPECT_GT(g_guarded_reads.load(), 0u);
+  EXPECT_GT(b().counters().tx_response_unreadable, 0u);
 }
 
 // A fenced WRITE sends what the READ before it fetched (IB's fence
