@@ -283,7 +283,9 @@ if wait_until 60 connected; then
   # What rdma_cm chose reached both ends: the kernel's state of record
   # (set by the provider's modify_qp from rdma_init_qp_attr) pairs the QP
   # numbers and PSNs of the two QPs.
-  res_of() { rdma resource show qp link "$1/1" 2>/dev/null | grep 'type RC' | head -n 1 | grep -o "$2 [0-9]*" | awk '{ print $2 }'; }
+  # rping's QP: a process an earlier case left behind (a forked fio job of
+  # a known failure) may still hold another RC QP on the device.
+  res_of() { rdma resource show qp link "$1/1" 2>/dev/null | grep 'type RC' | grep 'comm rping' | head -n 1 | grep -o "$2 [0-9]*" | awk '{ print $2 }'; }
   c_lqpn=$(res_of mr1 lqpn) c_rqpn=$(res_of mr1 rqpn) s_lqpn=$(res_of mr0 lqpn) s_rqpn=$(res_of mr0 rqpn)
   c_sq=$(res_of mr1 sq-psn) c_rq=$(res_of mr1 rq-psn) s_sq=$(res_of mr0 sq-psn) s_rq=$(res_of mr0 rq-psn)
   echo "# client QP $c_lqpn -> $c_rqpn (sq-psn $c_sq, rq-psn $c_rq); server QP $s_lqpn -> $s_rqpn (sq-psn $s_sq, rq-psn $s_rq)"
