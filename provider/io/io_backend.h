@@ -32,6 +32,7 @@ struct BackendConfig {
   int home_fd = -1;           // receives everything
   std::vector<int> path_fds;  // send sockets; TxBatch socket indexes point here
   int event_fd = -1;          // kick()
+  int timer_fd = -1;          // a timerfd another thread may arm; its expiry ends a sleep (-1: none)
   uint32_t rx_slots = 64;
   uint32_t rx_buffer_bytes = kGroBufferBytes;
   uint32_t tx_capacity = 256;  // datagrams per batch
@@ -39,6 +40,11 @@ struct BackendConfig {
   bool gso = false;            // UDP_SEGMENT usable
   const std::atomic<bool>* stop = nullptr;
   const Clock* clock = nullptr;  // the runtime's: deadlines are on its timeline
+  // Set by the runtime when it has a batch for send(); the backend clears it
+  // once it has handed every queued send to the kernel (and sets it again
+  // while sends stay queued), so that another thread knows when its own
+  // sends cannot overtake the progress thread's.
+  std::atomic<bool>* sends_unsent = nullptr;
 };
 
 struct BackendCounters {
@@ -70,7 +76,7 @@ class IoBackend {
   // sleep when deadline <= now or when received data is already waiting.
   // Returns how many times it slept.
   virtual uint32_t wait(transport::Time deadline) = 0;
-  // True once per consumed kick (eventfd signal).
+  // True once per consumed kick (eventfd signal or timer_fd expiry).
   bool take_kick() {
     const bool kicked = kicked_;
     kicked_ = false;
@@ -82,6 +88,7 @@ class IoBackend {
   // An empty batch to fill (may wait for the kernel to finish with it).
   virtual TxBatch& tx_batch() = 0;
   // Sends a built batch (io_uring: queued, submitted by the next wait()).
+  // Maintains config.sends_unsent.
   virtual void send(TxBatch& batch) = 0;
   // Hands the kernel every queued send and waits (until `deadline`) for it
   // to take them: the last thing the progress thread does.

@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 //
 // The fallback backend: recvmmsg on the home socket, one sendmmsg per path
-// socket per batch, ppoll on the home socket and the kick eventfd to sleep.
-// Sends are synchronous, so a single batch arena suffices.
+// socket per batch, ppoll on the home socket, the kick eventfd and the
+// timerfd to sleep.
+// Sends are synchronous (batch_send.h), so a single batch arena suffices.
 #include <poll.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <vector>
 
+#include "batch_send.h"
 #include "io_backend.h"
 
 namespace metaroce::io {
@@ -37,17 +39,17 @@ class MmsgBackend final : public IoBackend {
     if (!messages_.empty()) return 0;
     const transport::Time now = config_.clock->now();
     if (deadline <= now) return 0;
-    pollfd fds[2] = {{config_.home_fd, POLLIN, 0}, {config_.event_fd, POLLIN, 0}};
+    pollfd fds[3] = {{config_.home_fd, POLLIN, 0}, {config_.event_fd, POLLIN, 0}, {config_.timer_fd, POLLIN, 0}};
     timespec ts{};
     const timespec* timeout = nullptr;
     if (deadline != transport::kNever) {
       ts = to_timespec(deadline - now);
       timeout = &ts;
     }
-    const int ready = ppoll(fds, 2, timeout, nullptr);
-    if (ready > 0 && (fds[1].revents & POLLIN)) {
+    const int ready = ppoll(fds, config_.timer_fd >= 0 ? 3 : 2, timeout, nullptr);
+    for (size_t i = 1; ready > 0 && i < 3; ++i) {
       uint64_t value = 0;
-      if (::read(config_.event_fd, &value, sizeof value) == sizeof value) kicked_ = true;
+      if ((fds[i].revents & POLLIN) && ::read(fds[i].fd, &value, sizeof value) == sizeof value) kicked_ = true;
     }
     return 1;
   }
@@ -69,15 +71,10 @@ class MmsgBackend final : public IoBackend {
   }
 
   void send(TxBatch& batch) override {
-    const size_t n = batch.message_count();
-    size_t i = 0;
-    while (i < n) {
-      const uint16_t socket = batch.info(i).socket;
-      size_t j = i + 1;
-      while (j < n && batch.info(j).socket == socket) ++j;
-      send_run(batch, socket, i, j);
-      i = j;
-    }
+    SyncSendOptions options;
+    options.stop = config_.stop;
+    send_batch_now(config_.path_fds, batch, options, counters_, gso_);
+    if (config_.sends_unsent) config_.sends_unsent->store(false, std::memory_order_release);
   }
 
   void drain_sends(transport::Time) override {}  // sendmmsg has sent them already
@@ -85,44 +82,6 @@ class MmsgBackend final : public IoBackend {
   void set_path_fds(std::vector<int> fds) override { config_.path_fds = std::move(fds); }
 
  private:
-  // Sends messages [begin, end) of `batch`, all on one path socket.
-  void send_run(TxBatch& batch, uint16_t socket, size_t begin, size_t end) {
-    const int fd = config_.path_fds[socket];
-    mmsghdr* messages = batch.messages();
-    uint32_t waits = 0;
-    size_t next = begin;
-    while (next < end) {
-      const int sent = sendmmsg(fd, messages + next, static_cast<unsigned>(end - next), MSG_DONTWAIT);
-      ++counters_.send_syscalls;
-      if (sent > 0) {
-        for (size_t k = next; k < next + static_cast<size_t>(sent); ++k) {
-          counters_.datagrams_sent += batch.info(k).segments;
-          if (batch.info(k).segments > 1) ++counters_.gso_sends;
-        }
-        next += static_cast<size_t>(sent);
-        continue;
-      }
-      const int err = errno;
-      if (err == EINTR) continue;
-      if ((err == EAGAIN || err == ENOBUFS) && waits < 100 && !config_.stop->load(std::memory_order_relaxed)) {
-        // The socket's send buffer is full: wait for room (bounded) rather
-        // than dropping what the engine believes it sent.
-        ++waits;
-        pollfd pfd{fd, POLLOUT, 0};
-        const timespec ts = to_timespec(10'000'000);
-        (void)ppoll(&pfd, 1, &ts, nullptr);
-        continue;
-      }
-      // The message at `next` was refused (or we gave up waiting): the
-      // engine recovers it as a loss.
-      const uint16_t segments = batch.info(next).segments;
-      counters_.send_errors += segments;
-      if (err == EMSGSIZE) counters_.oversize_drops += segments;
-      if (segments > 1 && (err == EIO || err == EINVAL)) gso_ = false;
-      ++next;
-    }
-  }
-
   BackendConfig config_;
   RxSlots rx_;
   TxBatch batch_;

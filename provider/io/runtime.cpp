@@ -21,6 +21,16 @@
 // engine runs on the runtime's clock (CLOCK_MONOTONIC unless a test injected
 // a fake one), so its RTT samples are honest.
 //
+// Inline transmission (RuntimeOptions::inline_transmit): the progress thread
+// publishes, under the engine lock, the deadline it will sleep until, and
+// the backend says whether sends it was handed are still queued. After each
+// with_engine() call (settle()), a thread whose call made datagrams due
+// sends up to kInlineDatagrams of them itself through the sockets (sendmmsg,
+// batch_send.h) when no progress-thread send is queued, so that they cannot
+// overtake it; what remains wakes the progress thread, and a timer now due
+// before that deadline arms a timerfd that ends its sleep then. Nothing else
+// wakes it: a call that made nothing due leaves it asleep.
+//
 // Unknown senders: a datagram whose (source IP, header home port) was never
 // named by peer_for(), or too short to carry a home port, is counted in
 // unknown_sender_drops and never reaches the engine (the engine would only
@@ -30,6 +40,7 @@
 #include <pthread.h>
 #include <sys/random.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -42,6 +53,7 @@
 #include <future>
 #include <thread>
 
+#include "batch_send.h"
 #include "guarded_read.h"
 #include "io_backend.h"
 #include "metaroce/wire.h"
@@ -61,6 +73,11 @@ constexpr transport::Time kStaleWakeupSleepNs = 20'000;
 // How long a closing runtime waits for the kernel to take its last sends.
 constexpr transport::Time kOwedSendsTimeoutNs = 100'000'000;
 constexpr unsigned long kTimerSlackNs = 5'000;
+// Datagrams a with_engine() caller sends itself at most; the rest is the
+// progress thread's (a posting thread is not held up by a large message).
+constexpr uint32_t kInlineDatagrams = 8;
+// Socket-buffer-full waits (10 ms each) an inline send makes at most.
+constexpr uint32_t kInlineBufferWaits = 10;
 
 void log_fallback_once(const std::string& reason) {
   static std::once_flag once;
@@ -104,8 +121,7 @@ class RuntimeImpl final : public Runtime {
     std::lock_guard<std::mutex> lock(shutdown_mutex_);
     stop_.store(true);
     if (thread_.joinable()) {
-      const uint64_t one = 1;
-      (void)!::write(event_fd_.get(), &one, sizeof one);
+      kick();
       thread_.join();
     }
   }
@@ -133,12 +149,7 @@ class RuntimeImpl final : public Runtime {
  protected:
   transport::Endpoint& engine() override { return *engine_; }
 
-  void kick() override {
-    // Coalesced: one eventfd write until the progress thread consumes it.
-    if (kick_pending_.exchange(true)) return;
-    const uint64_t one = 1;
-    (void)!::write(event_fd_.get(), &one, sizeof one);
-  }
+  void settle() override;
 
  private:
   // Written by the progress thread only; published to `shared_` per iteration.
@@ -158,6 +169,22 @@ class RuntimeImpl final : public Runtime {
     METAROCE_RUNTIME_COUNTERS(METAROCE_SHARED_COUNTER)
 #undef METAROCE_SHARED_COUNTER
   };
+  // What with_engine() callers use to send (engine lock held).
+  struct InlineSender {
+    InlineSender(uint32_t slot_bytes, bool use_gso) : batch(kInlineDatagrams, slot_bytes), gso(use_gso) {}
+    PeerTable::View view;
+    std::vector<int> fds;
+    uint64_t sockets_version = UINT64_MAX;
+    TxBatch batch;
+    bool gso;
+    BackendCounters counters;
+    // The progress thread publishes the sum with its own (publish()).
+    std::atomic<uint64_t> datagrams_sent{0};
+    std::atomic<uint64_t> send_syscalls{0};
+    std::atomic<uint64_t> send_errors{0};
+    std::atomic<uint64_t> oversize_drops{0};
+    std::atomic<uint64_t> gso_sends{0};
+  };
 
   bool open_home_socket(std::string& error);
   // Opens a path socket on `port` (0: ephemeral); sockets_mutex_ held.
@@ -169,6 +196,11 @@ class RuntimeImpl final : public Runtime {
   void send_what_is_owed(IoBackend& io);
   void deliver(const RxMessage& message, transport::Time now);
   void publish(const IoBackend& io);
+  // The deadline the progress thread sleeps until after an iteration.
+  static transport::Time sleep_deadline(bool batch_full, bool worked, transport::Time next, transport::Time clock);
+  // Sends what the engine has due now, up to kInlineDatagrams (engine lock held).
+  void transmit_inline();
+  void log_oversize_once(uint64_t oversize_drops);
 
   const RuntimeOptions options_;
   Fd home_;
@@ -178,6 +210,9 @@ class RuntimeImpl final : public Runtime {
   std::vector<uint16_t> path_ports_;
   std::atomic<uint64_t> sockets_version_{0};
   Fd event_fd_;
+  // Armed by settle() for a deadline the progress thread must wake for;
+  // only on the monotonic clock (not with an injected one).
+  Fd timer_fd_;
   sockaddr_storage local_{};
   transport::Gid local_gid_{};  // local_ as a GID, the destination of every UD datagram
   uint16_t home_port_ = 0;
@@ -191,7 +226,19 @@ class RuntimeImpl final : public Runtime {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::mutex shutdown_mutex_;
-  std::atomic<bool> kick_pending_{false};
+  // Engine lock held: the deadline the progress thread will sleep until, 0
+  // once it has been woken or has more to do (settle() then leaves it be).
+  // Before its first iteration: never (that iteration comes first anyway).
+  transport::Time sleep_deadline_ = transport::kNever;
+  std::atomic<bool> sends_unsent_{false};  // BackendConfig::sends_unsent
+  std::unique_ptr<InlineSender> inline_;   // null without inline_transmit
+  std::atomic<bool> oversize_logged_{false};
+
+  // Wakes the progress thread.
+  void kick() {
+    const uint64_t one = 1;
+    (void)!::write(event_fd_.get(), &one, sizeof one);
+  }
 
   // Progress thread state.
   PeerTable::View view_;
@@ -200,7 +247,8 @@ class RuntimeImpl final : public Runtime {
   Counters counters_;
   Shared shared_;
   uint64_t synced_sockets_version_ = 0;
-  uint16_t socket_count_ = 0;  // path sockets the backend knows
+  uint16_t socket_count_ = 0;      // path sockets the backend knows
+  transport::Time last_work_ = 0;  // the last iteration that received or sent (busy polling)
 };
 
 bool RuntimeImpl::open_home_socket(std::string& error) {
@@ -336,7 +384,9 @@ bool RuntimeImpl::start(std::string& error) {
   gro_ = options_.use_gro && enable_udp_gro(home_.get());
   gso_ = options_.use_gso && udp_gso_supported(paths_.front().get());
 
+  if (options_.inline_transmit) inline_ = std::make_unique<InlineSender>(static_cast<uint32_t>(max_datagram_), gso_);
   event_fd_ = Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!options_.clock) timer_fd_ = Fd(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
   if (!event_fd_.valid()) {
     error = std::string("eventfd: ") + std::strerror(errno);
     return false;
@@ -366,6 +416,7 @@ void RuntimeImpl::run(std::promise<std::string>& started) {
     socket_count_ = static_cast<uint16_t>(paths_.size());
   }
   config.event_fd = event_fd_.get();
+  config.timer_fd = timer_fd_.valid() ? timer_fd_.get() : -1;
   config.rx_slots = gro_ ? 64 : 256;
   config.rx_buffer_bytes = gro_ ? kGroBufferBytes : static_cast<uint32_t>(std::max<size_t>(max_datagram_, 2048));
   config.tx_capacity = 256;
@@ -373,6 +424,7 @@ void RuntimeImpl::run(std::promise<std::string>& started) {
   config.gso = gso_;
   config.stop = &stop_;
   config.clock = &clock_of(options_);
+  config.sends_unsent = &sends_unsent_;
 
   std::unique_ptr<IoBackend> io =
       options_.make_backend ? options_.make_backend(config) : default_backend(config, options_.allow_io_uring);
@@ -390,20 +442,16 @@ void RuntimeImpl::progress_loop(IoBackend& io) {
   transport::Time deadline = 0;
   while (!stop_.load(std::memory_order_acquire)) {
     counters_.progress_wakeups += io.wait(deadline);
-    // Cleared before the engine is examined: a with_engine() after this point
-    // kicks again.
-    if (io.take_kick()) kick_pending_.store(false);
+    (void)io.take_kick();
     if (stop_.load(std::memory_order_acquire)) break;
 
     // The batch first: making one free may reap completions, which must not
     // move the received messages while we hold a view of them.
     TxBatch& batch = io.tx_batch();
     const std::span<const RxMessage> received = io.receive();
-    transport::Time clock = 0;
-    transport::Time next = transport::kNever;
     {
       std::lock_guard<std::mutex> lock(engine_mutex_);
-      clock = now();
+      const transport::Time clock = now();
       // The view first: a peer map it holds names sockets already published.
       peers_->refresh(view_);
       sync_path_sockets(io);
@@ -414,26 +462,86 @@ void RuntimeImpl::progress_loop(IoBackend& io) {
         if (!datagram) break;
         batch.commit(datagram->peer, datagram->path_id, datagram->length);
       }
-      next = engine_->next_wakeup();
+      const bool worked = !received.empty() || batch.size() > 0;
+      deadline = sleep_deadline(batch.full(), worked, engine_->next_wakeup(), clock);
+      if (options_.busy_poll_ns != 0) {
+        if (worked) last_work_ = clock;
+        if (deadline > clock && clock - last_work_ < options_.busy_poll_ns) deadline = clock;  // poll again at once
+      }
+      sleep_deadline_ = deadline;
+      if (batch.size() > 0) sends_unsent_.store(true, std::memory_order_release);
     }
     io.release_received();
-    const bool worked = !received.empty() || batch.size() > 0;
     if (batch.size() > 0) {
       batch.build(view_, path_count_, socket_count_, io.gso(), counters_.unroutable);
       io.send(batch);
     }
-    if (batch.full()) {
-      deadline = 0;  // more to transmit right away
-    } else if (next == transport::kNever) {
-      deadline = transport::kNever;
-    } else if (!worked && next <= clock) {
-      deadline = clock + kStaleWakeupSleepNs;  // never spin on a stale wakeup time
-    } else {
-      deadline = next;
-    }
     publish(io);
   }
   send_what_is_owed(io);
+}
+
+transport::Time RuntimeImpl::sleep_deadline(bool batch_full, bool worked, transport::Time next, transport::Time clock) {
+  if (batch_full) return 0;  // more to transmit right away
+  if (next == transport::kNever) return transport::kNever;
+  if (!worked && next <= clock) return clock + kStaleWakeupSleepNs;  // never spin on a stale wakeup time
+  return next;
+}
+
+void RuntimeImpl::settle() {
+  transport::Time next = engine_->next_wakeup();
+  if (next >= sleep_deadline_) return;
+  if (inline_ && next <= now() && !sends_unsent_.load(std::memory_order_acquire) &&
+      !stop_.load(std::memory_order_relaxed)) {
+    transmit_inline();
+    next = engine_->next_wakeup();
+    if (next >= sleep_deadline_) return;
+  }
+  if (next > now() && timer_fd_.valid()) {
+    // Only a timer is due sooner (a retransmission timeout for what was
+    // just sent): the timerfd ends the sleep then, without a wake-up now.
+    const itimerspec when{{0, 0}, {static_cast<time_t>(next / 1'000'000'000), static_cast<long>(next % 1'000'000'000)}};
+    if (::timerfd_settime(timer_fd_.get(), TFD_TIMER_ABSTIME, &when, nullptr) == 0) {
+      sleep_deadline_ = next;
+      return;
+    }
+  }
+  sleep_deadline_ = 0;  // the progress thread sets it again once awake
+  kick();
+}
+
+void RuntimeImpl::transmit_inline() {
+  InlineSender& s = *inline_;
+  peers_->refresh(s.view);
+  if (const uint64_t version = sockets_version_.load(std::memory_order_acquire); version != s.sockets_version) {
+    std::lock_guard<std::mutex> lock(sockets_mutex_);
+    s.sockets_version = sockets_version_.load(std::memory_order_relaxed);
+    s.fds.clear();
+    for (const Fd& fd : paths_) s.fds.push_back(fd.get());
+  }
+  TxBatch& batch = s.batch;
+  batch.clear();
+  const transport::Time clock = now();
+  while (!batch.full()) {
+    const std::optional<transport::TxDatagram> datagram = engine_->poll_transmit(clock, batch.next_slot());
+    if (!datagram) break;
+    batch.commit(datagram->peer, datagram->path_id, datagram->length);
+  }
+  if (batch.size() == 0) return;
+  uint64_t unroutable = 0;
+  batch.build(s.view, path_count_, static_cast<uint16_t>(s.fds.size()), s.gso, unroutable);
+  SyncSendOptions send_options;
+  send_options.buffer_full_waits = kInlineBufferWaits;
+  send_options.stop = &stop_;
+  s.counters.send_errors += unroutable;
+  send_batch_now(s.fds, batch, send_options, s.counters, s.gso);
+  constexpr auto relaxed = std::memory_order_relaxed;
+  s.datagrams_sent.store(s.counters.datagrams_sent, relaxed);
+  s.send_syscalls.store(s.counters.send_syscalls, relaxed);
+  s.send_errors.store(s.counters.send_errors, relaxed);
+  s.oversize_drops.store(s.counters.oversize_drops, relaxed);
+  s.gso_sends.store(s.counters.gso_sends, relaxed);
+  log_oversize_once(s.counters.oversize_drops);
 }
 
 void RuntimeImpl::send_what_is_owed(IoBackend& io) {
@@ -507,12 +615,8 @@ void RuntimeImpl::publish(const IoBackend& io) {
   shared_.send_syscalls.store(b.send_syscalls, relaxed);
   shared_.receive_syscalls.store(b.receive_syscalls, relaxed);
   shared_.send_errors.store(b.send_errors + counters_.unroutable, relaxed);
-  if (b.oversize_drops != 0 && shared_.oversize_drops.exchange(b.oversize_drops, relaxed) == 0) {
-    std::fprintf(stderr,
-                 "metaroce: the kernel refused a datagram of up to %zu bytes from %s as larger than the path MTU "
-                 "(IP fragmentation is never used); such datagrams are counted in oversize_drops\n",
-                 max_datagram_, options_.local_address.c_str());
-  }
+  shared_.oversize_drops.store(b.oversize_drops, relaxed);
+  log_oversize_once(b.oversize_drops);
   shared_.gso_sends.store(b.gso_sends, relaxed);
   shared_.datagrams_received.store(counters_.datagrams_received, relaxed);
   shared_.test_drops.store(counters_.test_drops, relaxed);
@@ -520,6 +624,14 @@ void RuntimeImpl::publish(const IoBackend& io) {
   shared_.truncated_drops.store(counters_.truncated_drops, relaxed);
   shared_.gro_receives.store(counters_.gro_receives, relaxed);
   shared_.progress_wakeups.store(counters_.progress_wakeups, relaxed);
+}
+
+void RuntimeImpl::log_oversize_once(uint64_t oversize_drops) {
+  if (oversize_drops == 0 || oversize_logged_.exchange(true)) return;
+  std::fprintf(stderr,
+               "metaroce: the kernel refused a datagram of up to %zu bytes from %s as larger than the path MTU "
+               "(IP fragmentation is never used); such datagrams are counted in oversize_drops\n",
+               max_datagram_, options_.local_address.c_str());
 }
 
 RuntimeStats RuntimeImpl::stats() const {
@@ -531,6 +643,14 @@ RuntimeStats RuntimeImpl::stats() const {
 #define METAROCE_LOAD_COUNTER(name, unit, meaning) s.name = shared_.name.load(relaxed);
   METAROCE_RUNTIME_COUNTERS(METAROCE_LOAD_COUNTER)
 #undef METAROCE_LOAD_COUNTER
+  if (inline_) {
+    s.inline_datagrams = inline_->datagrams_sent.load(relaxed);
+    s.datagrams_sent += s.inline_datagrams;
+    s.send_syscalls += inline_->send_syscalls.load(relaxed);
+    s.send_errors += inline_->send_errors.load(relaxed);
+    s.oversize_drops += inline_->oversize_drops.load(relaxed);
+    s.gso_sends += inline_->gso_sends.load(relaxed);
+  }
   return s;
 }
 

@@ -15,6 +15,15 @@
 // with_engine(), which holds the runtime's lock. The progress thread takes the
 // same lock for each batch of datagrams and timers.
 //
+// Waking the progress thread: after a with_engine() call the runtime compares
+// the engine's next_wakeup() with the deadline the progress thread sleeps
+// until, and wakes it (an eventfd write) only when the engine now wants it
+// sooner. A call that changes nothing the thread must act on (a poll that
+// found nothing owed, a query) costs it nothing. When the engine has
+// datagrams due now and the progress thread holds none unsent, the calling
+// thread transmits up to kInlineDatagrams of them itself (inline_transmit):
+// a request posted to an idle QP leaves without a thread hand-off.
+//
 // Injected (RuntimeOptions): the clock the engine, the progress loop and the
 // backend share, and the factory of the backend, so that tests drive the
 // progress loop with a FakeClock and a scripted backend (tests/io/) instead
@@ -57,8 +66,17 @@ struct RuntimeOptions {
   // needs at least `paths` ports.
   std::vector<uint16_t> path_source_ports;
   bool allow_io_uring = true;  // false: force the sendmmsg/recvmmsg fallback
-  bool use_gso = true;         // UDP_SEGMENT on send where supported
-  bool use_gro = true;         // UDP_GRO on receive where supported
+  // Datagrams due when a with_engine() call returns leave from the calling
+  // thread (sendmmsg) when the progress thread holds none unsent; false:
+  // the progress thread sends everything.
+  bool inline_transmit = true;
+  // Busy polling: after its last datagram or send, the progress thread polls
+  // the sockets without sleeping for this long before it sleeps again (0:
+  // off). For latency-bound programs that can spare a core; an idle context
+  // still sleeps once the time has passed.
+  transport::Time busy_poll_ns = 0;
+  bool use_gso = true;  // UDP_SEGMENT on send where supported
+  bool use_gro = true;  // UDP_GRO on receive where supported
   // Test hook: drop each received datagram with this probability before the
   // engine sees it (there is no netem here). Deterministic from test_seed.
   double test_drop_probability = 0;
@@ -95,15 +113,16 @@ class Runtime {
   // source IP and the home_port field of their common header.
   virtual transport::PeerId peer_for(const sockaddr_storage& address) = 0;
 
-  // Runs fn(endpoint, now) under the engine lock, then wakes the progress
-  // thread so that anything fn queued is transmitted.
+  // Runs fn(endpoint, now) under the engine lock, then (still under it)
+  // transmits what fn made due or wakes the progress thread for it (see
+  // Threading above).
   template <typename Fn>
   auto with_engine(Fn&& fn) {
-    struct Kick {
-      Runtime* runtime;
-      ~Kick() { runtime->kick(); }
-    } kick{this};
     std::lock_guard<std::mutex> lock(engine_mutex_);
+    struct Settle {
+      Runtime* runtime;
+      ~Settle() { runtime->settle(); }
+    } settle{this};  // destroyed before the lock is released
     return fn(engine(), now());
   }
 
@@ -133,8 +152,9 @@ class Runtime {
  protected:
   explicit Runtime(const Clock& clock) : clock_(clock) {}
   virtual transport::Endpoint& engine() = 0;
-  // Wakes the progress thread (e.g. eventfd write); cheap when already awake.
-  virtual void kick() = 0;
+  // After a with_engine() call, engine lock held: transmit inline or wake
+  // the progress thread when the engine wants it before its deadline.
+  virtual void settle() = 0;
   std::mutex engine_mutex_;
 
  private:

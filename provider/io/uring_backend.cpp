@@ -11,7 +11,7 @@
 //    next wait: one io_uring_enter per progress iteration carries every send
 //    and collects every completion; several batch arenas rotate so that a
 //    batch the kernel still reads is never overwritten;
-//  - a posted read on the kick eventfd;
+//  - a posted read on the kick eventfd, and one on the timerfd;
 //  - sleeping in io_uring_submit_and_wait_timeout (no timeout request).
 // The ring is set up with DEFER_TASKRUN + SINGLE_ISSUER where the kernel has
 // them (completion work then runs only when this thread enters the kernel),
@@ -36,6 +36,7 @@ constexpr uint64_t kTagTx = 2;
 constexpr uint64_t kTagKick = 3;
 constexpr uint64_t kTagCancel = 4;
 constexpr uint64_t kTagRxMultishot = 5;
+constexpr uint64_t kTagTimer = 6;
 constexpr size_t kArenas = 4;
 constexpr uint32_t kPostedReceives = 16;
 constexpr uint16_t kBufferGroup = 0;
@@ -133,6 +134,7 @@ class UringBackend final : public IoBackend {
       start_posted_receives();
     }
     arm_kick();
+    arm_timer();
     const int submitted = io_uring_submit(&ring_);
     if (submitted < 0) {
       reason = std::string("io_uring_submit: ") + std::strerror(-submitted);
@@ -145,6 +147,7 @@ class UringBackend final : public IoBackend {
 
   uint32_t wait(transport::Time deadline) override {
     arm_kick();
+    arm_timer();
     if (provided_ && !multishot_armed_ && messages_.empty() && !shutting_down_) arm_multishot();
     if (pending_sends_ > 0 || !messages_.empty() || kicked_ || deadline <= config_.clock->now()) {
       // Submit what is queued and collect completions without sleeping.
@@ -244,6 +247,7 @@ class UringBackend final : public IoBackend {
       ++pending_sends_;
     }
     current_ = (arena + 1) % kArenas;
+    mark_unsent(pending_sends_ > 0);
   }
 
   void set_path_fds(std::vector<int> fds) override {
@@ -332,6 +336,14 @@ class UringBackend final : public IoBackend {
     kick_armed_ = true;
   }
 
+  void arm_timer() {
+    if (config_.timer_fd < 0 || timer_armed_ || shutting_down_) return;
+    io_uring_sqe* sqe = get_sqe();
+    io_uring_prep_read(sqe, config_.timer_fd, &timer_value_, sizeof timer_value_, 0);
+    io_uring_sqe_set_data64(sqe, user_data(kTagTimer, 0, 0));
+    timer_armed_ = true;
+  }
+
   void enter_nowait() {
     (void)io_uring_submit_and_get_events(&ring_);
     ++counters_.receive_syscalls;
@@ -339,14 +351,19 @@ class UringBackend final : public IoBackend {
     reap();
   }
 
+  void mark_unsent(bool unsent) {
+    if (config_.sends_unsent) config_.sends_unsent->store(unsent, std::memory_order_release);
+  }
+
   void count_send_submission() {
     if (pending_sends_ == 0) return;
     ++counters_.send_syscalls;
     pending_sends_ = 0;
+    mark_unsent(false);
   }
 
   size_t outstanding() const {
-    size_t n = receives_posted_ + (kick_armed_ ? 1 : 0) + (multishot_armed_ ? 1 : 0);
+    size_t n = receives_posted_ + (kick_armed_ ? 1 : 0) + (timer_armed_ ? 1 : 0) + (multishot_armed_ ? 1 : 0);
     for (const auto& arena : arenas_) n += arena->inflight;
     return n;
   }
@@ -408,6 +425,10 @@ class UringBackend final : public IoBackend {
         kick_armed_ = false;
         if (result > 0) kicked_ = true;
         return;
+      case kTagTimer:
+        timer_armed_ = false;
+        if (result > 0) kicked_ = true;
+        return;
       default: return;  // cancel results, liburing's internal timeouts
     }
   }
@@ -433,6 +454,8 @@ class UringBackend final : public IoBackend {
   uint32_t pending_sends_ = 0;  // send requests queued but not yet submitted
   uint64_t kick_value_ = 0;
   bool kick_armed_ = false;
+  uint64_t timer_value_ = 0;
+  bool timer_armed_ = false;
 };
 
 }  // namespace

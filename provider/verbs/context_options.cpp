@@ -56,6 +56,11 @@ bool options_from_env(Options& o) {
     o.test_seed = v;
   }
   if (const char* s = std::getenv("METAROCE_IO_URING")) o.io_uring = std::strcmp(s, "0") != 0;
+  if (const char* s = std::getenv("METAROCE_INLINE_TRANSMIT")) o.inline_transmit = std::strcmp(s, "0") != 0;
+  if (const char* s = std::getenv("METAROCE_BUSY_POLL_US")) {
+    if (!parse_unsigned(s, 0, 1'000'000, v)) return bad_env("METAROCE_BUSY_POLL_US", s);
+    o.busy_poll_ns = v * 1000;
+  }
   if (const char* s = std::getenv("METAROCE_BASE_RTT_US")) {
     if (!parse_unsigned(s, 1, 10'000'000, v)) return bad_env("METAROCE_BASE_RTT_US", s);
     o.base_rtt_ns = v * 1000;

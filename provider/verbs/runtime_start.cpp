@@ -118,6 +118,8 @@ std::unique_ptr<io::Runtime> start_runtime(const Device& device, const Options& 
   io::RuntimeOptions ro;
   ro.local_address = device.address_text;
   ro.allow_io_uring = o.io_uring;
+  ro.inline_transmit = o.inline_transmit;
+  ro.busy_poll_ns = o.busy_poll_ns;
   ro.test_drop_probability = o.test_loss;
   ro.endpoint.profile = o.profile;
   ro.endpoint.paths = o.paths;

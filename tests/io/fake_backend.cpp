@@ -37,7 +37,11 @@ class FakeIo::Backend final : public IoBackend {
   uint32_t wait(transport::Time deadline) override {
     {
       std::lock_guard<std::mutex> lock(io_.mutex_);
-      if (!held_.empty() || !io_.inbox_.empty() || deadline <= config_.clock->now()) return 0;
+      if (!held_.empty() || !io_.inbox_.empty() || deadline <= config_.clock->now()) {
+        ++io_.polls_;
+        io_.changed_.notify_all();
+        return 0;
+      }
       ++io_.sleeps_;
       io_.asleep_ = true;
       io_.deadline_ = deadline;
@@ -45,10 +49,13 @@ class FakeIo::Backend final : public IoBackend {
     io_.changed_.notify_all();
     pollfd fds[2] = {{config_.event_fd, POLLIN, 0}, {io_.wake_fd_, POLLIN, 0}};
     while (::poll(fds, 2, -1) <= 0) {}
-    if (fds[0].revents & POLLIN) kicked_ = take(config_.event_fd) != 0;
+    const uint64_t kicks =
+        (fds[0].revents & POLLIN) ? take(config_.event_fd) : 0;  // eventfd: writes since the last read
+    kicked_ = kicks != 0;
     if (fds[1].revents & POLLIN) take(io_.wake_fd_);
     std::lock_guard<std::mutex> lock(io_.mutex_);
     io_.asleep_ = false;
+    io_.kicks_ += kicks;
     return 1;
   }
 
@@ -92,6 +99,7 @@ class FakeIo::Backend final : public IoBackend {
         ++counters_.datagrams_sent;
       }
     }
+    if (config_.sends_unsent) config_.sends_unsent->store(false);
   }
 
   void drain_sends(transport::Time) override {
@@ -141,9 +149,19 @@ bool FakeIo::await_sleep(uint64_t n, uint64_t& deadline) {
   return true;
 }
 
+bool FakeIo::await_polls(uint64_t n) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return changed_.wait_for(lock, kSafetyTimeout, [&] { return polls_ >= n; });
+}
+
 uint64_t FakeIo::sleeps() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return sleeps_;
+}
+
+uint64_t FakeIo::kicks() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return kicks_;
 }
 
 std::vector<std::vector<uint8_t>> FakeIo::sent() const {

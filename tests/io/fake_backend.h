@@ -45,6 +45,11 @@ class FakeIo {
   // safety timeout (a hung runtime, not a slow one) or the backend is gone.
   bool await_sleep(uint64_t n, uint64_t& deadline);
   uint64_t sleeps() const;
+  // Waits until wait() has returned at least `n` times without sleeping (a
+  // poll); false after the safety timeout.
+  bool await_polls(uint64_t n);
+  // Kicks (the runtime's eventfd writes) the backend has consumed.
+  uint64_t kicks() const;
   // Datagrams handed to send(), in order.
   std::vector<std::vector<uint8_t>> sent() const;
   // drain_sends() ran, and whether the runtime's stop flag was set then.
@@ -66,6 +71,8 @@ class FakeIo {
   int wake_fd_ = -1;  // eventfd: deliver() and wake() end a sleep through it
   std::deque<Received> inbox_;
   uint64_t sleeps_ = 0;
+  uint64_t polls_ = 0;
+  uint64_t kicks_ = 0;
   bool asleep_ = false;
   uint64_t deadline_ = 0;
   std::vector<std::vector<uint8_t>> sent_;

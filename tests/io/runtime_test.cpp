@@ -526,6 +526,124 @@ TEST(IoRuntime, ConnectedPairIsIdleAfterTransfer) {
   EXPECT_TRUE(eventually([&] { return idle(*p.a.runtime) && idle(*p.b.runtime); }));
 }
 
+// --- inline transmission ----------------------------------------------------------
+// What a post makes due leaves from the posting thread when the progress
+// thread holds no send (RuntimeOptions::inline_transmit, on by default).
+// inline_datagrams is counted by the posting thread before with_engine()
+// returns, so it is read at once.
+
+bool is_idle(Runtime& runtime) {
+  return runtime.with_engine([](Endpoint& e, Time) { return e.next_wakeup() == transport::kNever; });
+}
+
+uint64_t inline_datagrams_for_write(Pair& p, size_t bytes) {
+  EXPECT_TRUE(eventually([&] { return is_idle(*p.a.runtime) && is_idle(*p.b.runtime); }));
+  const uint64_t before = p.a.runtime->stats().inline_datagrams;
+  fill_pattern(p.a.buffer, bytes);
+  p.b.runtime->with_engine([](Endpoint&, Time) {});  // the sink is published through b's lock (TSan)
+  post_writes(p.a, p.b, bytes, bytes);
+  const uint64_t sent_inline = p.a.runtime->stats().inline_datagrams - before;
+  const std::vector<Completion> done = p.waiter.collect(*p.a.runtime, p.a.cq, 1);
+  EXPECT_EQ(done.size(), 1u);
+  for (const Completion& c : done) EXPECT_EQ(c.status, transport::WcStatus::Success);
+  p.b.runtime->with_engine([](Endpoint&, Time) {});
+  EXPECT_EQ(std::memcmp(p.a.buffer.data(), p.b.buffer.data(), bytes), 0);
+  return sent_inline;
+}
+
+void run_inline_test(bool io_uring) {
+  Pair p;
+  RuntimeOptions o;
+  o.allow_io_uring = io_uring;
+  make_pair(p, o, o, kMiB);
+  if (::testing::Test::HasFatalFailure()) return;
+  // The first exchange sets the connection up; then a lone packet, then a
+  // message of many: at most 8 datagrams leave from the posting thread, the
+  // progress thread sends the rest.
+  EXPECT_TRUE(transfer(p.a, p.b, p.waiter, 64 * 1024, 64 * 1024, 3).intact);
+  const uint64_t lone = inline_datagrams_for_write(p, 1000);
+  EXPECT_GE(lone, 1u);
+  EXPECT_LE(lone, 8u);
+  const uint64_t before = p.a.runtime->stats().datagrams_sent;
+  const uint64_t large = inline_datagrams_for_write(p, kMiB);
+  EXPECT_GE(large, 1u);
+  EXPECT_LE(large, 8u);
+  const RuntimeStats after =
+      stats_when(*p.a.runtime, [&](const RuntimeStats& s) { return s.datagrams_sent - before > large; });
+  EXPECT_GT(after.datagrams_sent - before, large);
+  EXPECT_EQ(after.send_errors, 0u);
+}
+
+TEST(IoRuntime, PostsToAnIdleConnectionLeaveFromThePostingThreadOverIoUring) { run_inline_test(true); }
+TEST(IoRuntime, PostsToAnIdleConnectionLeaveFromThePostingThreadOverFallback) { run_inline_test(false); }
+
+TEST(IoRuntime, WithoutInlineTransmitTheProgressThreadSendsEverything) {
+  Pair p;
+  RuntimeOptions o;
+  o.inline_transmit = false;
+  make_pair(p, o, o, kMiB);
+  if (::testing::Test::HasFatalFailure()) return;
+  EXPECT_TRUE(transfer(p.a, p.b, p.waiter, 64 * 1024, 64 * 1024, 3).intact);
+  EXPECT_EQ(inline_datagrams_for_write(p, 1000), 0u);
+  EXPECT_EQ(p.a.runtime->stats().inline_datagrams, 0u);
+}
+
+// A request sent inline arms its retransmission timer without waking the
+// progress thread (a timerfd ends that thread's sleep instead): when nobody
+// answers, the timer must still fire, retransmit and finally fail the WR.
+void run_unanswered_inline_test(bool io_uring) {
+  RuntimeOptions o;
+  o.allow_io_uring = io_uring;
+  CompletionWaiter waiter;
+  std::unique_ptr<Runtime> runtime = make_runtime(o);
+  ASSERT_NE(runtime, nullptr);
+  waiter.attach(*runtime);
+  // A bound socket that never reads: the peer's home port exists and is silent.
+  const int silent = ::socket(AF_INET, SOCK_DGRAM, 0);
+  ASSERT_GE(silent, 0);
+  sockaddr_in bound{};
+  bound.sin_family = AF_INET;
+  bound.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof bound;
+  ASSERT_EQ(::bind(silent, reinterpret_cast<const sockaddr*>(&bound), sizeof bound), 0);
+  ASSERT_EQ(::getsockname(silent, reinterpret_cast<sockaddr*>(&bound), &length), 0);
+  sockaddr_storage peer_address{};
+  std::memcpy(&peer_address, &bound, sizeof bound);
+  const transport::PeerId peer = runtime->peer_for(peer_address);
+  std::vector<uint8_t> buffer(1000, 0x5a);
+  transport::QpConfig qp;
+  qp.timeout_ns = 10'000'000;
+  qp.retry_cnt = 2;
+  const uint32_t cq = runtime->with_engine([&](Endpoint& e, Time) {
+    const uint32_t c = e.create_cq(16);
+    const uint32_t q = e.create_qp(1, c, c, qp);
+    const auto key = e.memory().register_region(1, reinterpret_cast<uintptr_t>(buffer.data()), buffer.size(),
+                                                transport::kAccessLocalWrite);
+    EXPECT_TRUE(key.has_value());
+    EXPECT_EQ(e.connect_qp(q, peer, 1, qp), transport::PostResult::Ok);
+    transport::SendWr wr;
+    wr.opcode = transport::WrOpcode::RdmaWrite;
+    wr.signaled = true;
+    wr.num_sge = 1;
+    wr.sg[0] = {reinterpret_cast<uintptr_t>(buffer.data()), static_cast<uint32_t>(buffer.size()), key.value_or(0)};
+    wr.remote_addr = 0x1000;
+    wr.rkey = 1;
+    EXPECT_EQ(e.post_send(q, wr), transport::PostResult::Ok);
+    return c;
+  });
+  EXPECT_GE(runtime->stats().inline_datagrams, 1u);
+  const std::vector<Completion> done = waiter.collect(*runtime, cq, 1, 60s);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, transport::WcStatus::RetryExceeded);
+  const auto counters = runtime->with_engine([](Endpoint& e, Time) { return e.counters(); });
+  EXPECT_GE(counters.tx_retransmits, 2u);
+  runtime.reset();
+  ::close(silent);
+}
+
+TEST(IoRuntime, AnUnansweredInlineRequestIsRetransmittedOnItsTimerOverIoUring) { run_unanswered_inline_test(true); }
+TEST(IoRuntime, AnUnansweredInlineRequestIsRetransmittedOnItsTimerOverFallback) { run_unanswered_inline_test(false); }
+
 // --- sockets and peers -------------------------------------------------------------
 
 TEST(IoRuntime, ExplicitHomePortConflictIsACleanError) {
