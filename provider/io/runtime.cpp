@@ -178,7 +178,7 @@ class RuntimeImpl final : public Runtime {
     TxBatch batch;
     bool gso;
     BackendCounters counters;
-    // The progress thread publishes the sum with its own (publish()).
+    // Copies of `counters` for stats(), which adds them to the progress thread's.
     std::atomic<uint64_t> datagrams_sent{0};
     std::atomic<uint64_t> send_syscalls{0};
     std::atomic<uint64_t> send_errors{0};
