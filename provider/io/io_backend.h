@@ -6,7 +6,9 @@
 // is thread-safe.
 //
 // Per iteration the loop calls: wait(deadline) -> receive() -> tx_batch() ->
-// (engine) -> release_received() -> send(batch).
+// (engine) -> release_received() -> send(batch); when completions wait for
+// the ACKs in the batch, send(batch) -> submit_sends() inside the engine
+// step instead.
 #pragma once
 
 #include <atomic>
@@ -90,6 +92,9 @@ class IoBackend {
   // Sends a built batch (io_uring: queued, submitted by the next wait()).
   // Maintains config.sends_unsent.
   virtual void send(TxBatch& batch) = 0;
+  // Hands the kernel every send queued so far, without sleeping (io_uring:
+  // submits them; sendmmsg sent them in send()).
+  virtual void submit_sends() = 0;
   // Hands the kernel every queued send and waits (until `deadline`) for it
   // to take them: the last thing the progress thread does.
   virtual void drain_sends(transport::Time deadline) = 0;

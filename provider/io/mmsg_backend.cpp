@@ -77,7 +77,8 @@ class MmsgBackend final : public IoBackend {
     if (config_.sends_unsent) config_.sends_unsent->store(false, std::memory_order_release);
   }
 
-  void drain_sends(transport::Time) override {}  // sendmmsg has sent them already
+  void submit_sends() override {}                // sendmmsg has sent them already
+  void drain_sends(transport::Time) override {}  // likewise
 
   void set_path_fds(std::vector<int> fds) override { config_.path_fds = std::move(fds); }
 

@@ -194,6 +194,9 @@ class RuntimeImpl final : public Runtime {
   void run(std::promise<std::string>& started);
   void progress_loop(IoBackend& io);
   void send_what_is_owed(IoBackend& io);
+  void send_inline(TxBatch& batch);
+  // Builds and hands a filled batch to the backend (progress thread).
+  void send(IoBackend& io, TxBatch& batch);
   void deliver(const RxMessage& message, transport::Time now);
   void publish(const IoBackend& io);
   // The deadline the progress thread sleeps until after an iteration.
@@ -368,6 +371,7 @@ bool RuntimeImpl::start(std::string& error) {
     }
   }
   config.pacing_burst_ns = options_.pacing_burst_ns;
+  config.driver_releases_completions = true;  // see progress_loop
   engine_ = std::make_unique<transport::Endpoint>(config);
   engine_->memory().set_guarded_read(&guarded_read);
   path_count_ = std::max<uint16_t>(engine_->config().paths, 1);
@@ -449,6 +453,7 @@ void RuntimeImpl::progress_loop(IoBackend& io) {
     // move the received messages while we hold a view of them.
     TxBatch& batch = io.tx_batch();
     const std::span<const RxMessage> received = io.receive();
+    bool sent = false;
     {
       std::lock_guard<std::mutex> lock(engine_mutex_);
       const transport::Time clock = now();
@@ -463,6 +468,17 @@ void RuntimeImpl::progress_loop(IoBackend& io) {
         batch.commit(datagram->peer, datagram->path_id, datagram->length);
       }
       const bool worked = !received.empty() || batch.size() > 0;
+      if (engine_->completions_releasable()) {
+        // Completions that wait for their ACK become visible only once the
+        // kernel has it, as a NIC acknowledges what it placed before the
+        // application sees it: an application that exits at its last
+        // completion, even with _exit(), leaves no peer waiting. The lock
+        // stays held, so no thread sees them earlier.
+        send(io, batch);
+        sent = true;
+        io.submit_sends();
+        engine_->release_completions();
+      }
       deadline = sleep_deadline(batch.full(), worked, engine_->next_wakeup(), clock);
       if (options_.busy_poll_ns != 0) {
         if (worked) last_work_ = clock;
@@ -472,13 +488,16 @@ void RuntimeImpl::progress_loop(IoBackend& io) {
       if (batch.size() > 0) sends_unsent_.store(true, std::memory_order_release);
     }
     io.release_received();
-    if (batch.size() > 0) {
-      batch.build(view_, path_count_, socket_count_, io.gso(), counters_.unroutable);
-      io.send(batch);
-    }
+    if (!sent) send(io, batch);
     publish(io);
   }
   send_what_is_owed(io);
+}
+
+void RuntimeImpl::send(IoBackend& io, TxBatch& batch) {
+  if (batch.size() == 0) return;
+  batch.build(view_, path_count_, socket_count_, io.gso(), counters_.unroutable);
+  io.send(batch);
 }
 
 transport::Time RuntimeImpl::sleep_deadline(bool batch_full, bool worked, transport::Time next, transport::Time clock) {
@@ -527,7 +546,14 @@ void RuntimeImpl::transmit_inline() {
     if (!datagram) break;
     batch.commit(datagram->peer, datagram->path_id, datagram->length);
   }
-  if (batch.size() == 0) return;
+  if (batch.size() > 0) send_inline(batch);
+  // The ACKs the held completions wait for are with the kernel now: this
+  // thread sent them, or the progress thread had (sends_unsent_ was clear).
+  if (engine_->completions_releasable()) engine_->release_completions();
+}
+
+void RuntimeImpl::send_inline(TxBatch& batch) {
+  InlineSender& s = *inline_;
   uint64_t unroutable = 0;
   batch.build(s.view, path_count_, static_cast<uint16_t>(s.fds.size()), s.gso, unroutable);
   SyncSendOptions send_options;
@@ -560,11 +586,12 @@ void RuntimeImpl::send_what_is_owed(IoBackend& io) {
       batch.commit(datagram->peer, datagram->path_id, datagram->length);
     }
   }
-  if (batch.size() > 0) {
-    batch.build(view_, path_count_, socket_count_, io.gso(), counters_.unroutable);
-    io.send(batch);
-  }
+  send(io, batch);
   io.drain_sends(now() + kOwedSendsTimeoutNs);
+  {
+    std::lock_guard<std::mutex> lock(engine_mutex_);
+    if (engine_->completions_releasable()) engine_->release_completions();
+  }
   publish(io);
 }
 

@@ -250,6 +250,12 @@ class UringBackend final : public IoBackend {
     mark_unsent(pending_sends_ > 0);
   }
 
+  void submit_sends() override {
+    if (pending_sends_ == 0) return;
+    (void)io_uring_submit(&ring_);
+    count_send_submission();
+  }
+
   void set_path_fds(std::vector<int> fds) override {
     config_.path_fds = std::move(fds);
     if (fixed_files_) register_path_files();

@@ -67,6 +67,14 @@ struct EndpointConfig {
   // Seeds what the engine makes unpredictable (epoch, memory keys); 0 =
   // derived from home_port and qpn_base (deterministic, for tests).
   uint64_t random_seed = 0;
+  // Completions that data arriving here caused wait for the ACK covering it
+  // (Endpoint::push_completion). false: they become visible when
+  // poll_transmit has handed out every datagram due, for a driver that sends
+  // each one as it gets it. true: only when the driver calls
+  // release_completions(), for a driver that queues datagrams and hands them
+  // to the kernel later (the io runtime): a process that exits at its last
+  // completion, even with _exit(), must not take the ACK with it.
+  bool driver_releases_completions = false;
 };
 
 // IB's largest RNR timer value (655.36 ms): a NAK asking for a longer delay

@@ -185,6 +185,7 @@ void Endpoint::push_completion(uint32_t cq, const Completion& completion, bool o
   // exits at its last completion leaves no peer waiting. Later completions
   // queue behind a held one, so a CQ keeps its order.
   if (owes_ack || !held_completions_.empty()) {
+    if (owes_ack) completions_releasable_ = false;  // its ACK is not handed out yet
     held_completions_.emplace_back(cq, completion);
     return;
   }
@@ -199,6 +200,7 @@ void Endpoint::deliver_completion(uint32_t cq, const Completion& completion) {
 }
 
 void Endpoint::release_completions() {
+  completions_releasable_ = false;
   if (held_completions_.empty()) return;
   for (const auto& [cq, completion] : held_completions_) deliver_completion(cq, completion);
   held_completions_.clear();
@@ -601,7 +603,8 @@ std::optional<TxDatagram> Endpoint::poll_transmit(Time now, std::span<uint8_t> b
     }
     ++start;
   }
-  release_completions();
+  if (config_.driver_releases_completions) completions_releasable_ = !held_completions_.empty();
+  else release_completions();
   return std::nullopt;
 }
 

@@ -158,6 +158,11 @@ class Endpoint {
   // Writes the next datagram due at `now` into buf (which must hold at least
   // max_datagram_bytes()); returns nothing when none is due.
   std::optional<TxDatagram> poll_transmit(Time now, std::span<uint8_t> buf);
+  // With config().driver_releases_completions: completions are held for
+  // ACKs that poll_transmit has handed out (it returned nothing since), and
+  // release_completions() makes them visible once those are with the kernel.
+  bool completions_releasable() const { return completions_releasable_; }
+  void release_completions();
   size_t max_datagram_bytes() const;
   // Earliest time on_timer or poll_transmit has something to do; kNever if idle.
   Time next_wakeup() const;
@@ -227,7 +232,6 @@ class Endpoint {
   // A receive WQE of QP `qpn` completed as flushed (the QP is in error).
   void push_flushed_receive(uint32_t cq, uint32_t qpn, uint64_t wr_id);
   void deliver_completion(uint32_t cq, const Completion& completion);
-  void release_completions();
   UdQueuePair* find_ud_qp(uint32_t qpn) const;
   bool qpn_taken(uint32_t qpn) const;
   bool cq_in_use(uint32_t cq) const;
@@ -249,6 +253,7 @@ class Endpoint {
   std::function<void(uint32_t)> completion_observer_;
   std::vector<std::pair<uint32_t, Completion>> held_completions_;  // (cq, completion), in order
   bool completions_released_ = false;
+  bool completions_releasable_ = false;  // held ones, once the driver has sent what poll_transmit gave
   std::function<void(const AsyncEvent&)> async_observer_;
   uint32_t next_cq_ = 1;
   uint32_t next_srq_ = 1;

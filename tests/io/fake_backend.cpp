@@ -37,6 +37,7 @@ class FakeIo::Backend final : public IoBackend {
   uint32_t wait(transport::Time deadline) override {
     {
       std::lock_guard<std::mutex> lock(io_.mutex_);
+      submit_locked();
       if (!held_.empty() || !io_.inbox_.empty() || deadline <= config_.clock->now()) {
         ++io_.polls_;
         io_.changed_.notify_all();
@@ -88,22 +89,28 @@ class FakeIo::Backend final : public IoBackend {
     return batch_;
   }
 
+  // As io_uring: send() queues, and the kernel gets the datagrams at the
+  // next wait(), submit_sends() or drain_sends().
   void send(TxBatch& batch) override {
-    ++counters_.send_syscalls;
     std::lock_guard<std::mutex> lock(io_.mutex_);
     for (size_t i = 0; i < batch.message_count(); ++i) {
       const msghdr& h = batch.messages()[i].msg_hdr;
       for (size_t v = 0; v < h.msg_iovlen; ++v) {
         const auto* base = static_cast<const uint8_t*>(h.msg_iov[v].iov_base);
-        io_.sent_.emplace_back(base, base + h.msg_iov[v].iov_len);
-        ++counters_.datagrams_sent;
+        queued_.emplace_back(base, base + h.msg_iov[v].iov_len);
       }
     }
-    if (config_.sends_unsent) config_.sends_unsent->store(false);
+    if (config_.sends_unsent) config_.sends_unsent->store(!queued_.empty());
+  }
+
+  void submit_sends() override {
+    std::lock_guard<std::mutex> lock(io_.mutex_);
+    submit_locked();
   }
 
   void drain_sends(transport::Time) override {
     std::lock_guard<std::mutex> lock(io_.mutex_);
+    submit_locked();
     io_.drained_ = true;
     io_.stopped_when_drained_ = config_.stop->load();
   }
@@ -111,10 +118,20 @@ class FakeIo::Backend final : public IoBackend {
   void set_path_fds(std::vector<int> fds) override { config_.path_fds = std::move(fds); }
 
  private:
+  void submit_locked() {
+    if (queued_.empty()) return;
+    ++counters_.send_syscalls;
+    counters_.datagrams_sent += queued_.size();
+    for (std::vector<uint8_t>& datagram : queued_) io_.sent_.push_back(std::move(datagram));
+    queued_.clear();
+    if (config_.sends_unsent) config_.sends_unsent->store(false);
+  }
+
   BackendConfig config_;
   FakeIo& io_;
   TxBatch batch_;
-  std::vector<Received> held_;  // what messages_ point into, until release_received()
+  std::vector<std::vector<uint8_t>> queued_;  // sent but not yet submitted
+  std::vector<Received> held_;                // what messages_ point into, until release_received()
   std::vector<RxMessage> messages_;
 };
 
@@ -132,6 +149,14 @@ void FakeIo::deliver(std::vector<uint8_t> datagram, const sockaddr_storage& from
   {
     std::lock_guard<std::mutex> lock(mutex_);
     inbox_.push_back({std::move(datagram), from});
+  }
+  wake();
+}
+
+void FakeIo::deliver_all(std::vector<std::vector<uint8_t>> datagrams, const sockaddr_storage& from) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (std::vector<uint8_t>& d : datagrams) inbox_.push_back({std::move(d), from});
   }
   wake();
 }

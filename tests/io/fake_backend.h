@@ -37,6 +37,8 @@ class FakeIo {
   // --- the test's side ---
   // Queues a datagram for the next receive() and wakes the backend.
   void deliver(std::vector<uint8_t> datagram, const sockaddr_storage& from);
+  // Queues several, all for the same receive().
+  void deliver_all(std::vector<std::vector<uint8_t>> datagrams, const sockaddr_storage& from);
   // Ends the current sleep as the kernel's timeout would (after the test
   // moved the clock to its deadline).
   void wake();
@@ -50,7 +52,8 @@ class FakeIo {
   bool await_polls(uint64_t n);
   // Kicks (the runtime's eventfd writes) the backend has consumed.
   uint64_t kicks() const;
-  // Datagrams handed to send(), in order.
+  // Datagrams handed to the kernel (send() queues them, as io_uring does,
+  // until the next wait(), submit_sends() or drain_sends()), in order.
   std::vector<std::vector<uint8_t>> sent() const;
   // drain_sends() ran, and whether the runtime's stop flag was set then.
   bool drained() const;

@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -152,6 +153,81 @@ TEST(IoRuntimeLoop, SleepsUntilTheEnginesTimersAndWakesOnlyForThem) {
   EXPECT_GT(counters.tx_retransmits, 0u);
   EXPECT_GT(rig.io.sent().size(), 4u);  // 16 KiB over 4 paths, then retransmissions
   rig.runtime.reset();                  // before the buffer goes
+}
+
+size_t acks_in(const std::vector<std::vector<uint8_t>>& datagrams) {
+  size_t acks = 0;
+  for (const std::vector<uint8_t>& d : datagrams) acks += wire::peek_type(d) == wire::PacketType::Ack;
+  return acks;
+}
+
+TEST(IoRuntimeLoop, AReceiveCompletesOnlyOnceItsAckIsWithTheKernel) {
+  // An application that exits (even with _exit(), as fio's jobs do) at its
+  // last completion must leave no peer waiting for the ACK: the backend
+  // queues sends as io_uring does, and the completion may become visible
+  // only after they were submitted.
+  Rig rig;
+  ASSERT_NE(rig.runtime, nullptr);
+  EXPECT_EQ(rig.next_sleep(), transport::kNever);
+  constexpr uint16_t kPeerHomePort = 9;
+  transport::EndpointConfig peer_config;
+  peer_config.home_port = kPeerHomePort;
+  peer_config.mtu = rig.runtime->with_engine([](Endpoint& e, Time) { return e.config().mtu; });
+  Endpoint peer(peer_config);
+  const uint32_t peer_cq = peer.create_cq(4);
+  const uint32_t peer_qp = peer.create_qp(1, peer_cq, peer_cq, {});
+
+  std::vector<uint8_t> source(3 * peer_config.mtu - 100, 0x3c), sink(source.size(), 0);
+  size_t acks_when_completed = 0, completions = 0;  // the progress thread's; read after it sleeps
+  rig.runtime->set_completion_listener([&](uint32_t) {
+    ++completions;
+    acks_when_completed = acks_in(rig.io.sent());
+  });
+  const transport::PeerId from_runtime = 1;
+  const transport::PeerId to_peer = rig.runtime->peer_for(loopback(kPeerHomePort));
+  const auto [cq, qp] = rig.runtime->with_engine([&](Endpoint& e, Time) {
+    const uint32_t c = e.create_cq(4);
+    const uint32_t q = e.create_qp(1, c, c, {});
+    const auto key = e.memory().register_region(1, reinterpret_cast<uintptr_t>(sink.data()), sink.size(),
+                                                transport::kAccessLocalWrite);
+    EXPECT_TRUE(key.has_value());
+    EXPECT_EQ(e.connect_qp(q, to_peer, peer_qp, {}), transport::PostResult::Ok);
+    transport::RecvWr wr;
+    wr.wr_id = 77;
+    wr.num_sge = 1;
+    wr.sg[0] = {reinterpret_cast<uintptr_t>(sink.data()), static_cast<uint32_t>(sink.size()), key.value_or(0)};
+    EXPECT_EQ(e.post_recv(q, wr), transport::PostResult::Ok);
+    return std::pair{c, q};
+  });
+
+  ASSERT_EQ(peer.connect_qp(peer_qp, from_runtime, qp, {}), transport::PostResult::Ok);
+  const auto lkey = peer.memory().register_region(1, reinterpret_cast<uintptr_t>(source.data()), source.size(),
+                                                  transport::kAccessLocalWrite);
+  ASSERT_TRUE(lkey.has_value());
+  transport::SendWr send;
+  send.opcode = transport::WrOpcode::Send;
+  send.num_sge = 1;
+  send.sg[0] = {reinterpret_cast<uintptr_t>(source.data()), static_cast<uint32_t>(source.size()), *lkey};
+  ASSERT_EQ(peer.post_send(peer_qp, send), transport::PostResult::Ok);
+  std::vector<uint8_t> buf(peer.max_datagram_bytes());
+  std::vector<std::vector<uint8_t>> datagrams;
+  while (auto tx = peer.poll_transmit(rig.clock->now(), buf))
+    datagrams.emplace_back(buf.begin(), buf.begin() + tx->length);
+  ASSERT_EQ(datagrams.size(), 3u);                                    // MTU-sized chunks
+  rig.io.deliver_all(std::move(datagrams), loopback(kPeerHomePort));  // one receive: one loop iteration
+
+  rig.next_sleep();
+  ASSERT_EQ(completions, 1u);
+  EXPECT_GE(acks_when_completed, 1u) << "the completion was visible before its ACK was submitted";
+  const std::vector<transport::Completion> done = rig.runtime->with_engine([&](Endpoint& e, Time) {
+    transport::Completion batch[4];
+    return std::vector<transport::Completion>(batch, batch + e.poll_cq(cq, batch));
+  });
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].wr_id, 77u);
+  EXPECT_EQ(done[0].byte_len, source.size());
+  EXPECT_TRUE(std::equal(source.begin(), source.end(), sink.begin()));
+  rig.runtime.reset();  // before the buffers go
 }
 
 TEST(IoRuntimeLoop, BusyPollingPollsWithoutSleepingAfterWorkThenSleeps) {
