@@ -240,6 +240,34 @@ TEST_F(VerbsSemantics, AReadNeverSeesAWritePostedAfterIt) {
   EXPECT_EQ(std::memcmp(bbuf_.data(), abuf_.data() + kBytes, kBytes), 0);
 }
 
+TEST_F(VerbsSemantics, ManyWritesToOneRegionLeaveTheLastOnesBytes) {
+  // rsockets' riowrite pattern (riostream): a run of WRITEs to the same
+  // remote buffer, back to back, the last with a marker byte its reader
+  // spins on. Under loss, retransmitted chunks of earlier WRITEs must never
+  // land over the last one.
+  uint64_t retransmits = 0;
+  for (const uint32_t seed : {1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u}) {
+    RigSpec spec;
+    spec.endpoint.mtu = 1400;  // a 1500-byte link's: WRITEs of several chunks
+    spec.loss = 0.02;
+    spec.seed = seed;
+    make_rig(spec, 4 << 20, {});
+    constexpr uint32_t kBytes = 4096, kWrites = 100;
+    for (uint32_t w = 0; w < kWrites; ++w) std::memset(abuf_.data() + w * kBytes, static_cast<int>(w + 1), kBytes);
+    for (uint32_t w = 0; w < kWrites; ++w) {
+      SendWr wr = write(w, w * kBytes, kBytes, 0);
+      wr.signaled = w + 1 == kWrites;
+      ASSERT_EQ(a().post_send(qp_.qp_a, wr), PostResult::Ok);
+    }
+    const auto done = wait(a(), qp_.cq_a, 1);
+    ASSERT_EQ(done.size(), 1u) << "seed " << seed;
+    EXPECT_EQ(done[0].status, WcStatus::Success);
+    for (uint32_t i = 0; i < kBytes; ++i) ASSERT_EQ(bbuf_[i], kWrites) << "seed " << seed << ", byte " << i;
+    retransmits += a().counters().tx_retransmits;
+  }
+  EXPECT_GT(retransmits, 0u);  // the loss did make chunks late
+}
+
 TEST_F(VerbsSemantics, AnAtomicNeverSeesAWritePostedAfterIt) {
   make(0);
   uint64_t target = 1000;

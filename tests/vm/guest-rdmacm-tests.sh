@@ -4,7 +4,8 @@
 # as root on a throw-away overlay of the host's root: unmodified librdmacm
 # programs between two network namespaces joined by veth (mr0 in ns0, mr1
 # in ns1), without and with 1% nftables loss on every UDP datagram (the CM's
-# MADs included; under loss, one program per kind of connection), beside
+# MADs included; under loss, one program per kind of connection and the
+# programs that verify what they receive), beside
 # rxe running the programs whose MetaRoCE result is in doubt in the initial
 # namespace (its own loopback: rxe in 6.1 has no namespace support, and no
 # loss reaches it); then the failure paths: no listener, a peer killed
@@ -86,7 +87,7 @@ run_pair() {
   local sns=ns0 cns=ns1 log=/tmp/cm.$name.$tr.$loss limit=90
   [ "$tr" = rxe ] && sns=init cns=init
   # Known failures hang: they take seconds when they work (rxe: 1 to 4 s).
-  [[ " $KNOWN_FAILING " == *" $name "* ]] && limit=30
+  [[ " ${KNOWN_FAILING[$loss]} " == *" $name "* ]] && limit=30
   # -k: a program that ignores SIGTERM at its limit (fio over rxe, stuck in
   # its event loop) is killed; one left running holds its device open, and
   # rxe's removal waits for every user to close it.
@@ -164,8 +165,13 @@ programs() {  # programs TR LOSS
     fio --name=server --ioengine=rdma --port=$PORT --rw=read --verb=read --bs=64k --size=2m --iodepth=4 -- \
     fio --name=client --ioengine=rdma --hostname="$SADDR" --port=$PORT --verb=read --rw=write --bs=64k --size=2m --iodepth=4
   PORT=$((PORT + 1))
+  # The receiving side has the deeper queue, as fio's rdma engine advises:
+  # its client sets no RNR retries, so a SEND that finds the server between
+  # a completion and its repost fails with RNR_RETRY_EXC_ERR (over any RC
+  # transport; MetaRoCE's ACK, which leaves before the completion is seen,
+  # makes the window easy to hit).
   run_pair fio_write "$tr" "$loss" cm fio_ok -- \
-    fio --name=server --ioengine=rdma --port=$PORT --rw=read --bs=64k --size=2m --iodepth=4 --verb=send --verify=pattern --verify_pattern=0x3cc35aa5 -- \
+    fio --name=server --ioengine=rdma --port=$PORT --rw=read --bs=64k --size=2m --iodepth=16 --verb=send --verify=pattern --verify_pattern=0x3cc35aa5 -- \
     fio --name=client --ioengine=rdma --hostname="$SADDR" --port=$PORT --verb=send --rw=write --bs=64k --size=2m --iodepth=4 --buffer_pattern=0x3cc35aa5
   PORT=$((PORT + 1))
   run_pair fi_pingpong "$tr" "$loss" tcp:$PORT fi_pingpong_ok -- fi_pingpong -p "verbs;ofi_rxm" -e rdm -B $PORT -I 10 -S 4096 -c -- fi_pingpong -p "verbs;ofi_rxm" -e rdm -P $PORT -I 10 -S 4096 -c "$SADDR"
@@ -183,23 +189,22 @@ programs() {  # programs TR LOSS
   fi
   known_failures "$tr" "$loss"
 }
-# Programs that do not work reliably over MetaRoCE yet (see
-# docs/kernel.md): rstream, riostream and fio's send mode hang now and then
-# (a lost completion event or a stalled transfer, not connection
-# management). Their result is reported, not counted.
-KNOWN_FAILING="rstream riostream fio_write"
+# Programs that do not work reliably over MetaRoCE yet, by loss (see
+# docs/kernel.md): their result is reported, not counted. riostream under
+# 1% loss hangs in about 1 run in 15 (cause not found yet).
+declare -A KNOWN_FAILING=([0]="" [1]="riostream")  # by loss
 # Under loss: one program per way of connecting (rdma_cm's own event loop,
-# librdmacm's simple API, fio's engine); rping also moves verified data.
-# The known failures run once, without loss.
-LOSS_PROGRAMS="rping ucmatose rdma_client fio_read"
+# librdmacm's simple API, fio's engine, rsockets); rping also moves
+# verified data, fio_write and rstream verify what they receive.
+LOSS_PROGRAMS="rping ucmatose rdma_client fio_read fio_write rstream riostream"
 # rxe runs what MetaRoCE fails or cannot run yet, to tell the program's
 # fault from ours.
-RXE_REFERENCE="$KNOWN_FAILING udaddy"
+RXE_REFERENCE="riostream udaddy"
 KNOWN=0
 known_failures() {  # known_failures TR LOSS
   local p
   [ "$1" = metaroce ] || return 0
-  for p in $KNOWN_FAILING; do
+  for p in ${KNOWN_FAILING[$2]}; do
     if [ "${RESULT[$p,$1,$2]}" = "not run" ]; then
       continue
     elif [ "${RESULT[$p,$1,$2]}" = fail ]; then
