@@ -191,7 +191,7 @@ programs() {  # programs TR LOSS
 }
 # Programs that do not work reliably over MetaRoCE yet, by loss (see
 # docs/kernel.md): their result is reported, not counted. riostream under
-# 1% loss hangs in about 1 run in 15 (cause not found yet).
+# 1% loss hangs in about 1 run in 14 (cause not found yet).
 declare -A KNOWN_FAILING=([0]="" [1]="riostream")  # by loss
 # Under loss: one program per way of connecting (rdma_cm's own event loop,
 # librdmacm's simple API, fio's engine, rsockets); rping also moves
