@@ -468,6 +468,8 @@ void RuntimeImpl::progress_loop(IoBackend& io) {
         batch.commit(datagram->peer, datagram->path_id, datagram->length);
       }
       const bool worked = !received.empty() || batch.size() > 0;
+      // Before the submission below, which clears it again.
+      if (batch.size() > 0) sends_unsent_.store(true, std::memory_order_release);
       if (engine_->completions_releasable()) {
         // Completions that wait for their ACK become visible only once the
         // kernel has it, as a NIC acknowledges what it placed before the
@@ -485,7 +487,6 @@ void RuntimeImpl::progress_loop(IoBackend& io) {
         if (deadline > clock && clock - last_work_ < options_.busy_poll_ns) deadline = clock;  // poll again at once
       }
       sleep_deadline_ = deadline;
-      if (batch.size() > 0) sends_unsent_.store(true, std::memory_order_release);
     }
     io.release_received();
     if (!sent) send(io, batch);
