@@ -146,11 +146,9 @@ BackendFactory FakeIo::factory() {
 }
 
 void FakeIo::deliver(std::vector<uint8_t> datagram, const sockaddr_storage& from) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    inbox_.push_back({std::move(datagram), from});
-  }
-  wake();
+  std::vector<std::vector<uint8_t>> one;
+  one.push_back(std::move(datagram));
+  deliver_all(std::move(one), from);
 }
 
 void FakeIo::deliver_all(std::vector<std::vector<uint8_t>> datagrams, const sockaddr_storage& from) {
