@@ -4,6 +4,11 @@
 // per plane, 400G NICs), every transport: the data must be right, and the
 // figures metaroce-sim collective reports at 64 nodes must show here in
 // miniature. Budgets are in virtual time.
+//
+// The CollectiveBudget tests are the long runs whose point is a figure. The
+// Collective tests take their code paths (each transport and workload, loss,
+// two planes) in runs short enough to repeat under the sanitizers, and
+// leaf_spine_test and multiplane_test fail links and planes.
 #include <gtest/gtest.h>
 
 #include "collective.h"
@@ -44,7 +49,7 @@ TEST(Collective, EveryTransportReducesAndCopiesEveryByte) {
   }
 }
 
-TEST(Collective, RingAllReduceRunsAtLineRateWithItsCreditsFlowingBack) {
+TEST(CollectiveBudget, RingAllReduceRunsAtLineRateWithItsCreditsFlowingBack) {
   // Every rank receives slices from its predecessor and slot credits from
   // its successor: the credits must not halve the data's rate hint.
   const CollectiveResult r = run_collective(small(ClusterTransport::MetaRoCE, Workload::AllReduce, 16 << 20));
@@ -52,7 +57,7 @@ TEST(Collective, RingAllReduceRunsAtLineRateWithItsCreditsFlowingBack) {
   EXPECT_GT(r.busbw_gbps, 0.85 * kPayloadLineGbps);
 }
 
-TEST(Collective, AllReduceUnderOnePercentLossStaysNearItsLosslessTime) {
+TEST(CollectiveBudget, AllReduceUnderOnePercentLossStaysNearItsLosslessTime) {
   const uint64_t bytes = 32 << 20;
   const CollectiveResult clean = run_collective(small(ClusterTransport::MetaRoCE, Workload::AllReduce, bytes));
   const CollectiveResult lossy = run_collective(small(ClusterTransport::MetaRoCE, Workload::AllReduce, bytes, 1, 0.01));
@@ -87,7 +92,7 @@ TEST(Collective, IncastThatOverflowsTheLastHopRecoversPromptly) {
   EXPECT_LT(r.completion_ns, 1.15 * ideal_ns);
 }
 
-TEST(Collective, AllReduceBandwidthGrowsWithPlanes) {
+TEST(CollectiveBudget, AllReduceBandwidthGrowsWithPlanes) {
   CollectiveSpec one = small(ClusterTransport::MetaRoCE, Workload::AllReduce, 32 << 20, 1);
   CollectiveSpec four = small(ClusterTransport::MetaRoCE, Workload::AllReduce, 32 << 20, 4);
   one.cluster.nodes = four.cluster.nodes = 8;
@@ -97,7 +102,7 @@ TEST(Collective, AllReduceBandwidthGrowsWithPlanes) {
   EXPECT_GT(r4.busbw_gbps, 3.6 * r1.busbw_gbps);
 }
 
-TEST(Collective, ASpineLinkFailingMidAllReduceCostsLittle) {
+TEST(CollectiveBudget, ASpineLinkFailingMidAllReduceCostsLittle) {
   const uint64_t bytes = 16 << 20;
   const CollectiveResult clean = run_collective(small(ClusterTransport::MetaRoCE, Workload::AllReduce, bytes));
   CollectiveSpec spec = small(ClusterTransport::MetaRoCE, Workload::AllReduce, bytes);
