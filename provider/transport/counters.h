@@ -56,6 +56,7 @@ namespace metaroce::transport {
   X(atomics_executed, "operations", "atomic operations executed on this host's memory for peers")               \
   X(atomic_replays, "operations", "duplicate atomic answered from the result cache")                            \
   X(placed_bytes, "bytes", "bytes written to application memory for peers")                                     \
+  X(write_tails_deferred, "chunks", "WRITE final chunks held until the WRITE and every earlier one had landed") \
   X(peer_restarts, "events", "a peer came back as a new incarnation")                                           \
   X(tx_drop_no_key, "datagrams", "authenticate/encrypt: datagram not sent, no key for the peer")                \
   X(rx_ignored_ack_block, "events", "SACK block for packets never sent on that path")                           \

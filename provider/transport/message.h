@@ -129,6 +129,9 @@ struct InboundMessage {
   uint16_t attempt = 0;                   // of the newest packet
   std::optional<RequestFailure> failure;  // NAKed; the QP fails when the stream reaches it
   int naked_attempt = -1;                 // attempt last NAKed
+  // A WRITE's final chunk that arrived before the rest of the WRITE or an
+  // earlier message: placed when the message completes (write_tail).
+  std::vector<uint8_t> deferred_tail;
 };
 
 inline std::span<const Sge> sges_of(const OutboundMessage& m) { return {m.sg.data(), m.num_sge}; }

@@ -153,6 +153,8 @@ class QueuePair final : public QueuePairCommon {
   // ordinals in order. Null when none is there (RNR) or `index` is consumed.
   const RecvWr* receive_for(uint32_t index);
   void write_chunk(uint32_t msn, uint64_t dest, std::span<const uint8_t> payload);
+  bool defer_tail(const wire::Packet& packet, const InboundMessage& message, uint32_t chunk) const;
+  std::optional<RequestFailure> write_tail(uint32_t msn, InboundMessage& message);
   std::optional<RequestFailure> place_request_chunk(const wire::Packet& packet, InboundMessage& message,
                                                     uint32_t chunk);
   Verdict on_duplicate_request(const wire::Packet& packet);

@@ -179,6 +179,29 @@ Verdict QueuePair::check_new_inbound(const wire::Packet& p, InboundMessage& m) {
   return Verdict::Placed;
 }
 
+// A WRITE's final chunk lands only once the WRITE's other chunks and every
+// earlier message have: a program that spins on the last byte of a buffer
+// instead of reading a completion (rsockets' riostream; eager protocols that
+// poll a flag at a message's end) then sees the whole message when it sees
+// that byte, as it would from an RDMA NIC that places packets in order, and
+// the region is no longer written once it has seen it (riostream unmaps it).
+// The other chunks are placed as they arrive.
+bool QueuePair::defer_tail(const wire::Packet& p, const InboundMessage& m, uint32_t chunk) const {
+  return chunk + 1 == m.received.size() &&
+         !(p.data.msn == completed_msn_ + 1 && m.received.count() + 1 == m.received.size());
+}
+
+std::optional<RequestFailure> QueuePair::write_tail(uint32_t msn, InboundMessage& m) {
+  const uint64_t dest = m.remote_addr + uint64_t{m.received.size() - 1} * mtu();
+  // The region may have been deregistered since the chunk arrived.
+  if (endpoint_.memory().check_remote(m.rkey, pd_, dest, m.deferred_tail.size(), kAccessRemoteWrite) != AccessCheck::Ok)
+    return RequestFailure{wire::NakKind::RemoteAccess};
+  write_chunk(msn, dest, m.deferred_tail);
+  endpoint_.counters_.placed_bytes += m.deferred_tail.size();
+  m.deferred_tail = {};
+  return std::nullopt;
+}
+
 // RDMA WRITEs of one QP take effect in order (IB's ordering rules): where a
 // later WRITE, not complete yet, already placed its bytes, a late chunk of an
 // earlier one (a retransmission, or a packet overtaken on another path)
@@ -221,6 +244,12 @@ std::optional<RequestFailure> QueuePair::place_request_chunk(const wire::Packet&
       if (endpoint_.memory().check_remote(h.rkey, pd_, h.remote_addr + h.offset, p.payload.size(),
                                           kAccessRemoteWrite) != AccessCheck::Ok)
         return RequestFailure{wire::NakKind::RemoteAccess};
+      if (defer_tail(p, m, chunk)) {
+        m.deferred_tail.assign(p.payload.begin(), p.payload.end());
+        ++endpoint_.counters_.write_tails_deferred;
+        m.received.set(chunk);
+        return std::nullopt;
+      }
       write_chunk(h.msn, h.remote_addr + h.offset, p.payload);
     } else {
       // The receive this message was bound to may have been consumed since
@@ -326,6 +355,12 @@ void QueuePair::advance_responder() {
       return;
     }
     if (!m.received.full()) return;
+    if (!m.deferred_tail.empty()) {
+      if (const std::optional<RequestFailure> failure = write_tail(msn, m)) {
+        m.failure = failure;
+        continue;
+      }
+    }
     if (wire::consumes_receive(m.opcode)) {
       if (m.recv_index != recv_consumed_ || recv_queue_.empty()) {
         m.failure = RequestFailure{wire::NakKind::InvalidRequest};
