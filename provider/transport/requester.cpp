@@ -115,13 +115,16 @@ bool writes_remote(wire::Opcode op) {
 }  // namespace
 
 // A message waits for earlier READs and atomics to complete: for all of them
-// if fenced (IB's fence indicator); for those whose remote bytes it overlaps
-// if it writes remote memory (WRITE, atomic). A responder executing in
-// order gives that for free; here a later request may arrive first, and a
-// READ's data is gathered as its response is sent.
+// if fenced (IB's fence indicator) or if it is a SEND with bytes (where they
+// land, in the peer's receive buffer, is unknown here); for those whose
+// remote bytes it overlaps if it writes remote memory (WRITE, atomic). A
+// responder executing in order gives that for free; here a later request may
+// arrive first, and a READ's data is gathered as its response is sent.
 bool QueuePair::held(size_t index) const {
   const OutboundMessage& m = send_queue_[index];
-  if (!m.fence && !writes_remote(m.opcode)) return false;
+  const bool waits_for_all =
+      m.fence || ((m.opcode == wire::Opcode::Send || m.opcode == wire::Opcode::SendImm) && m.length != 0);
+  if (!waits_for_all && !writes_remote(m.opcode)) return false;
   // Every earlier READ or atomic not done holds a max_rd_atomic slot (or
   // waits out an RNR delay): none, nothing to wait for.
   if (reads_atomics_in_flight_ == 0 && rnr_waiting_ == 0) return false;
@@ -129,7 +132,7 @@ bool QueuePair::held(size_t index) const {
   for (size_t i = 0; i < index; ++i) {
     const OutboundMessage& earlier = send_queue_[i];
     if (!earlier.needs_response() || earlier.done) continue;
-    if (m.fence) return true;
+    if (waits_for_all) return true;
     if (span != 0 && m.remote_addr < earlier.remote_addr + remote_span(earlier) &&
         earlier.remote_addr < m.remote_addr + span)
       return true;

@@ -268,6 +268,33 @@ TEST_F(VerbsSemantics, ManyWritesToOneRegionLeaveTheLastOnesBytes) {
   EXPECT_GT(retransmits, 0u);  // the loss did make chunks late
 }
 
+// The same for a SEND whose receive buffer is what an earlier READ reads:
+// the requester cannot know where the SEND's bytes land.
+TEST_F(VerbsSemantics, AReadNeverSeesASendPostedAfterIt) {
+  make(0.01);
+  constexpr uint32_t kBytes = 2 << 20;  // longer in flight than a round trip
+  const std::vector<uint8_t> before(bbuf_.begin(), bbuf_.begin() + kBytes);
+  RecvWr recv;
+  recv.wr_id = 7;
+  recv.num_sge = 1;
+  recv.sg[0] = {addr(bbuf_.data()), kBytes, bkey_};
+  ASSERT_EQ(b().post_recv(qp_.qp_b, recv), PostResult::Ok);
+  ASSERT_EQ(a().post_send(qp_.qp_a, read(1, 0, kBytes, 0)), PostResult::Ok);
+  SendWr send;
+  send.wr_id = 2;
+  send.opcode = WrOpcode::Send;
+  send.num_sge = 1;
+  send.sg[0] = {addr(abuf_.data() + kBytes), kBytes, akey_};
+  ASSERT_EQ(a().post_send(qp_.qp_a, send), PostResult::Ok);
+  const auto done = wait(a(), qp_.cq_a, 2);
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].status, WcStatus::Success);
+  EXPECT_EQ(done[1].status, WcStatus::Success);
+  EXPECT_EQ(std::memcmp(abuf_.data(), before.data(), kBytes), 0) << "the READ saw the later SEND";
+  ASSERT_EQ(wait(b(), qp_.cq_b, 1).size(), 1u);
+  EXPECT_EQ(std::memcmp(bbuf_.data(), abuf_.data() + kBytes, kBytes), 0);
+}
+
 TEST_F(VerbsSemantics, AWritesLastByteLandsAfterTheWriteAndEveryEarlierOne) {
   // Programs that spin on a buffer's last byte instead of polling a
   // completion (riostream: two WRITEs per transfer, the marker at the end of
