@@ -9,6 +9,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib/harness.sh"
 
 # in_ns NS CMD...: CMD in namespace NS ("init": the initial one).
 in_ns() { local ns=$1; shift; if [ "$ns" = init ]; then "$@"; else ip netns exec "$ns" "$@"; fi; }
+# exec_in_ns NS CMD...: in_ns in place of the shell. Started in the
+# background it makes $! the command's own PID, so a kill reaches it; a
+# backgrounded in_ns is a subshell, whose death leaves the command running.
+exec_in_ns() { local ns=$1; shift; if [ "$ns" = init ]; then exec "$@"; else exec ip netns exec "$ns" "$@"; fi; }
 # ns_opt NS: wait_tcp_listener's option for namespace NS (none for "init").
 ns_opt() { [ "$1" = init ] || echo "-n $1"; }
 module_loaded() { grep -q "^$1 " /proc/modules; }

@@ -57,6 +57,7 @@ for d in "mr0 10.0.0.1" "mr1 10.0.0.2" "rxe0 10.0.1.1"; do wait_until 20 gid_ind
 # cm_listening PORT: an rdma_cm id listens on PORT (rdma resource; on the
 # server's address or, as perftest and fio bind, the wildcard address).
 cm_listening() { rdma resource show cm_id 2>/dev/null | grep 'state LISTEN' | grep -qE "src-addr [^ ]*:$1( |\$)"; }
+no_cm_listener() { ! cm_listening "$1"; }
 declare -A RESULT
 PORT=7000
 # run_pair NAME TR LOSS WAIT CHECK -- SERVER... -- CLIENT...
@@ -84,7 +85,7 @@ run_pair() {
   # rxe's removal waits for every user to close it.
   local attempt spid ok start cstatus sstatus
   for attempt in 1 2 3; do
-    in_ns $sns timeout -k 5 $limit "${server[@]}" >"$log.server" 2>&1 &
+    exec_in_ns $sns timeout -k 5 $limit "${server[@]}" >"$log.server" 2>&1 &
     spid=$! ok=1
     # shellcheck disable=SC2046  # ns_opt: nothing or "-n NS"
     case $wait in
@@ -108,6 +109,9 @@ run_pair() {
     if [ $cstatus -ne 0 ] && [ $attempt -lt 3 ] && [[ " $RETRIED_WITHOUT_LISTENER " == *" $name "* ]] &&
        grep -q 'RDMA_CM_EVENT_REJECTED; error: 8' "$log.client"; then
       echo "# $name over $tr, loss $loss: its second connect met no listener (REJ reason 8; perftest then crashed: status $cstatus), run again"
+      # The killed server's listener must be gone, or the next server
+      # cannot bind the port and the next client meets the old one.
+      wait_until 30 no_cm_listener "$PORT" || echo "# $name: the killed server still listens on $PORT"
       continue
     fi
     break

@@ -93,7 +93,7 @@ bw() {
   if [ "$tr" = metaroce ]; then sns=ns0 cns=ns1 sdev=mr0 cdev=mr1 sgid=$GID_mr0 cgid=$GID_mr1 addr=10.0.0.1
   else sns=init cns=init sdev=rxe0 cdev=rxe0 sgid=$GID_rxe0 cgid=$GID_rxe0 addr=10.0.1.1; fi
   PORT=$((PORT + 1))
-  in_ns "$sns" timeout 240 "$tool" -d "$sdev" -x "$sgid" -n $ITERS -s $SIZE -p $PORT -F >"$log.server" 2>&1 &
+  exec_in_ns "$sns" timeout 240 "$tool" -d "$sdev" -x "$sgid" -n $ITERS -s $SIZE -p $PORT -F >"$log.server" 2>&1 &
   local server=$!
   # shellcheck disable=SC2046  # ns_opt: nothing or "-n NS"
   if ! wait_tcp_listener $(ns_opt $sns) -p $server -t 60 $PORT; then
