@@ -8,7 +8,8 @@
 // atomic result) exact, and every injected datagram must be counted by its
 // receiver as a drop, a duplicate or ignored control information: in
 // integrity mode the forged claims are the inconsistent ones, which the
-// consistency checks of docs/spec.md §8.14 ignore; in authenticate mode even
+// consistency checks of docs/spec.md §8.14 ignore; in the authenticate and
+// encrypt modes (where the attacker reads the plaintext, given the key) even
 // consistent ones (a NAK of the attempt in flight) are dropped as
 // authentication failures.
 #include <gtest/gtest.h>
@@ -90,6 +91,8 @@ Outcome run(const Case& c, uint64_t seed, AttackerConfig attacker_config) {
     for (size_t i = 0; i < key.size(); ++i) key[i] = static_cast<uint8_t>(0x5a + i);
     a.set_peer_key(rig.node_b(), key, 0);
     b.set_peer_key(rig.node_a(), key, 1);
+    // In encrypt mode the attacker reads the plaintext, to forge as in the other modes.
+    if (c.security == wire::Security::Encrypt) attacker_config.reads_plaintext_with = key;
   }
   const QpPair qp = rig.connect_qps({}, kPd);
 
@@ -298,7 +301,7 @@ TEST_P(AttackerTransfer, CompletesExactlyAndCountsEveryInjection) {
 
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
-  for (const wire::Security s : {wire::Security::Integrity, wire::Security::Authenticate})
+  for (const wire::Security s : {wire::Security::Integrity, wire::Security::Authenticate, wire::Security::Encrypt})
     for (const Op op : {Op::Write, Op::Read, Op::Send, Op::Atomic})
       for (const int loss : {0, 1, 10}) cases.push_back({op, loss, s});
   return cases;

@@ -185,11 +185,15 @@ void Attacker::observe(Flow& f, const Datagram& d, LinkId link, Pending& pending
   if (!fresh && static_cast<int32_t>(common.packet_number - it->second) > 0) it->second = common.packet_number;
   pending.dst_epoch = common.dst_epoch;
   pending.number = common.packet_number;
-  if (common.security == wire::Security::Encrypt) return;  // the body is hidden
+  std::vector<uint8_t> plain;
+  if (common.security == wire::Security::Encrypt) {
+    plain = plaintext(common, d.payload);
+    if (plain.empty()) return;  // the body is hidden
+  }
+  const std::vector<uint8_t>& clear = plain.empty() ? d.payload : plain;
   wire::Packet p;
-  if (wire::decode(std::span<const uint8_t>(d.payload).first(d.payload.size() - trailer), p) != wire::DecodeStatus::Ok)
-    return;
-  if (p.common.type == wire::PacketType::Data) f.last_data = d.payload;
+  if (wire::decode(std::span<const uint8_t>(clear).first(clear.size() - trailer), p) != wire::DecodeStatus::Ok) return;
+  if (p.common.type == wire::PacketType::Data) f.last_data = clear;
   if (p.common.type == wire::PacketType::Data && wire::is_request(p.data.opcode)) {
     Request r;
     r.header = p.data;
@@ -204,6 +208,22 @@ void Attacker::observe(Flow& f, const Datagram& d, LinkId link, Pending& pending
     pending.genuine_ack = true;
     pending.ack = p;
   }
+}
+
+std::vector<uint8_t> Attacker::plaintext(const wire::CommonHeader& common, const std::vector<uint8_t>& datagram) {
+  if (!config_.reads_plaintext_with || datagram.size() < wire::kCommonHeaderBytes + wire::kAuthTagBytes) return {};
+  std::vector<uint8_t> plain(datagram.size());
+  for (const uint8_t role : {0, 1}) {
+    std::unique_ptr<transport::TrafficKey>& key = traffic_keys_[{role, common.src_epoch, common.dst_epoch}];
+    if (!key)
+      key = std::make_unique<transport::TrafficKey>(*config_.reads_plaintext_with, role, common.src_epoch,
+                                                    common.dst_epoch);
+    // Packet numbers stay far below 2^32 in a simulated run.
+    if (key->valid() && key->open(common.security, datagram, common.packet_number,
+                                  std::span<uint8_t>(plain).first(datagram.size() - wire::kAuthTagBytes)))
+      return plain;
+  }
+  return {};
 }
 
 void Attacker::attack(Time now, const Datagram& d, LinkId link) {
@@ -341,7 +361,7 @@ bool Attacker::build(Attack a, const Datagram& d, Datagram& out, LinkId& out_lin
 }
 
 bool Attacker::forge(Attack a, Flow& f, Flow& reverse, Datagram& out) {
-  if (f.common.security == wire::Security::Encrypt) return false;
+  if (f.common.security == wire::Security::Encrypt && !config_.reads_plaintext_with) return false;
   wire::Packet p;
   p.common = f.common;
   switch (a) {

@@ -37,6 +37,8 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -44,6 +46,7 @@
 
 #include "counters.h"
 #include "endpoint.h"
+#include "packet_protection.h"
 #include "metaroce/splitmix64.h"
 #include "metaroce/wire.h"
 #include "netsim.h"
@@ -80,7 +83,13 @@ struct AttackerConfig {
   double rate = 0.25;
   Time max_replay_delay_ns = 300'000;  // ReplayLater: uniform in (0, this]
   bool consistent_claims = false;      // see above; for authenticated modes
-  std::vector<Attack> attacks;         // empty = all of them
+  // Encrypt mode hides every body from the attacker, leaving it replays and
+  // corruptions. Given the key the two watched endpoints share, it reads
+  // each genuine datagram's plaintext (as one who knows what the
+  // application sends would) and forges from it, but still cannot seal:
+  // every forgery must fail its tag.
+  std::optional<transport::PairKey> reads_plaintext_with;
+  std::vector<Attack> attacks;  // empty = all of them
 };
 
 // Outcomes of the injected datagrams: each is classed by the first counter
@@ -155,6 +164,9 @@ class Attacker : public Tap {
   };
 
   Flow& flow(NodeId from, NodeId to) { return flows_[{from, to}]; }
+  // An encrypt-mode datagram as it was before sealing, its trailer zeroed;
+  // empty when the attacker has no key or neither direction's key opens it.
+  std::vector<uint8_t> plaintext(const wire::CommonHeader& common, const std::vector<uint8_t>& datagram);
   void observe(Flow& f, const Datagram& d, LinkId link, Pending& pending);
   void attack(Time now, const Datagram& d, LinkId link);
   bool build(Attack a, const Datagram& d, Datagram& out, LinkId& out_link);
@@ -178,6 +190,8 @@ class Attacker : public Tap {
   Pending pending_;
   AttackerReport report_;
   uint64_t forgery_count_ = 0;  // alternates the framing of forgeries in the authenticated modes
+  // reads_plaintext_with's traffic keys by (sender role, sender epoch, receiver epoch).
+  std::map<std::tuple<uint8_t, uint32_t, uint32_t>, std::unique_ptr<transport::TrafficKey>> traffic_keys_;
 };
 
 }  // namespace metaroce::sim
