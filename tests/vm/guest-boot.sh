@@ -3,7 +3,8 @@
 # PID 1 of the test VM after switch_root: basic mounts, loopback, the staged
 # module tree, then the test script; its status goes back to the host as a
 # serial-console line and through qemu's isa-debug-exit device.
-# Kernel command line: mroce.stage=DIR (from vm-run.sh), mroce.test=SCRIPT.
+# Kernel command line: mroce.stage=DIR (from vm-run.sh), mroce.test=SCRIPT,
+# mroce.role=a|b (one of two guests, vm-run.sh --pair).
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
@@ -22,6 +23,7 @@ for arg in $cmdline; do
   case $arg in
     mroce.stage=*) stage=${arg#mroce.stage=} ;;
     mroce.test=*) test=${arg#mroce.test=} ;;
+    mroce.role=*) export MROCE_ROLE=${arg#mroce.role=} ;;  # vm-run.sh --pair: a or b
   esac
 done
 

@@ -42,12 +42,14 @@ gid_index() {
 elapsed() { echo $(( $(date +%s) - $1 )); }
 
 # set_loss PERCENT [NFT_MATCH]: random loss of PERCENT% (an integer; 0
-# removes it) on the UDP datagrams ns0 and ns1 receive that match NFT_MATCH
-# (an nftables expression; default: every UDP datagram), counted for
-# `dropped`, which prints how many were dropped so far in both.
+# removes it) on the UDP datagrams the namespaces of LOSS_NAMESPACES
+# (default: ns0 and ns1; "init" is the initial one) receive that match
+# NFT_MATCH (an nftables expression; default: every UDP datagram), counted
+# for `dropped`, which prints how many were dropped so far in them.
+LOSS_NAMESPACES=${LOSS_NAMESPACES:-ns0 ns1}
 set_loss() {
   local ns match=${2:-meta l4proto udp}
-  for ns in ns0 ns1; do
+  for ns in $LOSS_NAMESPACES; do
     in_ns "$ns" nft delete table inet mrloss 2>/dev/null || true
     [ "$1" = 0 ] && continue
     in_ns "$ns" nft -f - <<NFT
@@ -62,7 +64,7 @@ NFT
 }
 dropped() {
   local n=0 ns c
-  for ns in ns0 ns1; do
+  for ns in $LOSS_NAMESPACES; do
     c=$(in_ns "$ns" nft list table inet mrloss 2>/dev/null | awk '/counter/ { for (i = 1; i <= NF; i++) if ($i == "packets") print $(i + 1) }')
     n=$((n + ${c:-0}))
   done

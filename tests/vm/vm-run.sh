@@ -8,6 +8,8 @@
 #             --work DIR --test GUEST_SCRIPT [--probe PATH] [--timeout SECONDS]
 #   vm-run.sh --debs DIR --work DIR --test GUEST_SCRIPT [--timeout SECONDS]
 #
+# With --pair two guests run the script, each with its role (a or b), joined
+# by an Ethernet link of their own (below); both must pass.
 # With --debs the guest gets the .debs of DIR (scripts/build-debs) instead
 # of a built module, and a module tree of its own on tmpfs that holds only
 # the modules the install test loads (see stage_install_modules).
@@ -18,7 +20,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-ko="" provider="" work="" test="" probe="" debs="" timeout=720
+ko="" provider="" work="" test="" probe="" debs="" pair="" timeout=720
 while [ $# -gt 0 ]; do
   case $1 in
     --debs) debs=$2; shift 2 ;;
@@ -28,6 +30,7 @@ while [ $# -gt 0 ]; do
     --test) test=$2; shift 2 ;;
     --probe) probe=$2; shift 2 ;;
     --timeout) timeout=$2; shift 2 ;;
+    --pair) pair=1; shift ;;
     *) echo "vm-run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -133,30 +136,64 @@ chmod +x "$initrd/init"
 (cd "$initrd" && find . | cpio -o -H newc --quiet | gzip -1) >"$work/initramfs.cpio.gz"
 
 # --- boot. The console goes to our stdout (the test log) and a file.
-log=$work/console.log
-append="console=ttyS0 panic=-1 oops=panic loglevel=4 rdinit=/init mroce.boot=$here/guest-boot.sh"
-append+=" mroce.stage=$stage mroce.test=$test"
+# boot NAME APPEND QEMU_ARGS...: one guest, its console also in
+# $work/NAME.log; returns qemu's status.
+boot() {
+  local name=$1 extra=$2; shift 2
+  local append="console=ttyS0 panic=-1 oops=panic loglevel=4 rdinit=/init mroce.boot=$here/guest-boot.sh"
+  append+=" mroce.stage=$stage mroce.test=$test $extra"
+  timeout --kill-after=10 "$timeout" qemu-system-x86_64 \
+    -machine pc -accel tcg,thread=multi -cpu max -m 2048 \
+    -nodefaults -display none -no-reboot \
+    -kernel "/boot/vmlinuz-$kver" -initrd "$work/initramfs.cpio.gz" -append "$append" \
+    -fsdev local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap \
+    -device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \
+    -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
+    "$@" -serial stdio -monitor none </dev/null | tee "$work/$name.log"
+  return "${PIPESTATUS[0]}"
+}
+# verdict NAME STATUS: the guest's result, from qemu's status and its console.
+verdict() {
+  local log=$work/$1.log
+  if [ "$2" -eq 124 ] || [ "$2" -eq 137 ]; then
+    echo "FAIL vm $1: timeout after ${timeout}s"; return 1
+  fi
+  if grep -q 'Kernel panic' "$log"; then echo "FAIL vm $1: guest kernel panic"; return 1; fi
+  # isa-debug-exit with 0 -> qemu exit status 1.
+  if [ "$2" -eq 1 ] && grep -q '^METAROCE-VM-RESULT: PASS' "$log"; then
+    echo "PASS vm $1"; return 0
+  fi
+  echo "FAIL vm $1: guest did not report success (qemu status $2)"
+  return 1
+}
 echo "# vm: booting $kver under qemu (TCG), test $(basename "$test"), timeout ${timeout}s"
 start=$(date +%s)
+if [ -z "$pair" ]; then
+  rc=0
+  boot console "" -smp 2 || rc=$?
+  echo "# vm: qemu exited with $rc after $(( $(date +%s) - start ))s"
+  verdict console "$rc"
+  exit
+fi
+# --pair: guests a and b, one vCPU each, joined by one Ethernet link (each
+# qemu's virtio-net NIC sends its frames as UDP datagrams to the other's
+# port on the host's loopback); a guest learns its role from mroce.role=.
+# Guest a's console is shown once both are done, b's as it runs.
+port_a=$((20000 + RANDOM % 20000)) port_b=$((port_a + 1))
+link() { echo "-netdev socket,id=link,localaddr=127.0.0.1:$1,udp=127.0.0.1:$2 -device virtio-net-pci,netdev=link,mac=$3"; }
+# shellcheck disable=SC2046  # link's words are qemu arguments
+boot a mroce.role=a -smp 1 $(link $port_a $port_b 52:54:00:4d:52:0a) >/dev/null &
+pid_a=$!
 set +e
-timeout --kill-after=10 "$timeout" qemu-system-x86_64 \
-  -machine pc -accel tcg,thread=multi -cpu max -smp 2 -m 2048 \
-  -nodefaults -display none -no-reboot \
-  -kernel "/boot/vmlinuz-$kver" -initrd "$work/initramfs.cpio.gz" -append "$append" \
-  -fsdev local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap \
-  -device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \
-  -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
-  -serial stdio -monitor none </dev/null | tee "$log"
-rc=${PIPESTATUS[0]}
+# shellcheck disable=SC2046
+boot b mroce.role=b -smp 1 $(link $port_b $port_a 52:54:00:4d:52:0b) | sed 's/^/b: /'
+rc_b=${PIPESTATUS[0]}
+wait $pid_a
+rc_a=$?
 set -e
-echo "# vm: qemu exited with $rc after $(( $(date +%s) - start ))s"
-if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-  echo "FAIL vm: timeout after ${timeout}s"; exit 1
-fi
-if grep -q 'Kernel panic' "$log"; then echo "FAIL vm: guest kernel panic"; exit 1; fi
-# isa-debug-exit with 0 -> qemu exit status 1.
-if [ "$rc" -eq 1 ] && grep -q '^METAROCE-VM-RESULT: PASS' "$log"; then
-  echo "PASS vm"; exit 0
-fi
-echo "FAIL vm: guest did not report success (qemu status $rc)"
-exit 1
+sed 's/^/a: /' "$work/a.log"
+echo "# vm: both guests done after $(( $(date +%s) - start ))s"
+status=0
+verdict a "$rc_a" || status=1
+verdict b "$rc_b" || status=1
+exit $status
