@@ -23,7 +23,7 @@ for arg in $cmdline; do
   case $arg in
     mroce.stage=*) stage=${arg#mroce.stage=} ;;
     mroce.test=*) test=${arg#mroce.test=} ;;
-    mroce.role=*) export MROCE_ROLE=${arg#mroce.role=} ;;  # vm-run.sh --pair: a or b
+    mroce.role=*) export MROCE_ROLE="${arg#mroce.role=}" ;;  # vm-run.sh --pair: a or b
   esac
 done
 
