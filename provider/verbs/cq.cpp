@@ -50,12 +50,25 @@ void to_wc(const transport::Completion& c, ibv_wc& wc) {
   wc.dlid_path_bits = 0;
 }
 
+// A busy-polling application would otherwise keep the CPU from the progress
+// thread that produces its completions (few cores, several processes): an
+// empty poll, through ibv_poll_cq() or the extended API, gives way now and
+// then.
+void found_nothing(const Context& ctx) {
+  thread_local uint32_t empty = 0;
+  const uint32_t every = ctx.poll_yield_every;
+  if (every != 0 && ++empty % every == 0) sched_yield();
+}
+
 // Refills the CQ's batch from the engine (engine lock taken here); false
 // when nothing is waiting.
 bool refill(Cq* cq) {
   cq->batch.clear();
   cq->batch_next = 0;
-  if (cq->pushed.load(std::memory_order_seq_cst) == cq->polled.load(std::memory_order_relaxed)) return false;
+  if (cq->pushed.load(std::memory_order_seq_cst) == cq->polled.load(std::memory_order_relaxed)) {
+    found_nothing(*cq->ctx);
+    return false;
+  }
   cq->batch.resize(kBatch);
   const size_t n = cq->ctx->engine([&](transport::Endpoint& e) {
     const size_t got = e.poll_cq(cq->id, std::span(cq->batch.data(), kBatch));
@@ -232,12 +245,7 @@ int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   while (total < num_entries && cq->batch_next < cq->batch.size()) to_wc(cq->batch[cq->batch_next++], wc[total++]);
   if (total == num_entries) return total;
   if (cq->pushed.load(std::memory_order_seq_cst) == cq->polled.load(std::memory_order_relaxed)) {
-    // A busy-polling application would otherwise keep the CPU from the
-    // progress thread that produces its completions (few cores, several
-    // processes): give it way now and then.
-    thread_local uint32_t empty = 0;
-    const uint32_t every = cq->ctx->poll_yield_every;
-    if (total == 0 && every && ++empty % every == 0) sched_yield();
+    if (total == 0) found_nothing(*cq->ctx);
     return total;
   }
   std::array<transport::Completion, kBatch> batch;
