@@ -10,16 +10,25 @@
 // sends what it owes (as a NIC acknowledges what it placed, whatever the
 // process does next). Repeated, since the failure it guards against is a
 // race.
+//
+// Over loopback by default. tests/netns/exit_together.sh runs it across the
+// namespace fabric: EXIT_TOGETHER_HOSTS="NETNS0=ADDR0 NETNS1=ADDR1" puts
+// side i in network namespace NETNSi with its device on ADDRi.
 #include <infiniband/verbs.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "metaroce/metaroce_dv.h"
@@ -34,15 +43,49 @@ constexpr int kRepetitions = 200;
 
 bool write_u32(int fd, uint32_t v) { return ::write(fd, &v, sizeof v) == sizeof v; }
 bool read_u32(int fd, uint32_t& v) { return ::read(fd, &v, sizeof v) == sizeof v; }
+bool write_gid(int fd, const ibv_gid& g) { return ::write(fd, &g, sizeof g) == sizeof g; }
+bool read_gid(int fd, ibv_gid& g) { return ::read(fd, &g, sizeof g) == sizeof g; }
 
-bool connect_qp(ibv_context* ctx, ibv_qp* qp, uint32_t remote_qpn) {
+// Where side 0 and side 1 run: their network namespaces ("" = this one) and
+// their devices' addresses.
+struct Host {
+  std::string netns;
+  std::string address = "127.0.0.1";
+};
+// False when EXIT_TOGETHER_HOSTS is set but is not two NETNS=ADDR words.
+bool hosts_from_env(std::array<Host, 2>& hosts) {
+  const char* env = std::getenv("EXIT_TOGETHER_HOSTS");
+  if (!env) return true;
+  std::istringstream words(env);
+  for (Host& h : hosts) {
+    std::string word;
+    if (!(words >> word)) return false;
+    const size_t eq = word.find('=');
+    if (eq == 0 || eq == std::string::npos || eq + 1 == word.size()) return false;
+    h.netns = word.substr(0, eq);
+    h.address = word.substr(eq + 1);
+  }
+  std::string extra;
+  return !(words >> extra);
+}
+
+// Moves this (single-threaded, just forked) process into network namespace
+// `name` as `ip netns exec` does.
+bool enter_netns(const std::string& name) {
+  if (name.empty()) return true;
+  const int fd = ::open(("/var/run/netns/" + name).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = ::setns(fd, CLONE_NEWNET) == 0;
+  ::close(fd);
+  return ok;
+}
+
+bool connect_qp(ibv_qp* qp, uint32_t remote_qpn, const ibv_gid& remote_gid) {
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_INIT;
   a.port_num = 1;
   a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
   if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) return false;
-  union ibv_gid gid {};
-  if (ibv_query_gid(ctx, 1, 0, &gid)) return false;  // both ends are on 127.0.0.1
   a = ibv_qp_attr{};
   a.qp_state = IBV_QPS_RTR;
   a.path_mtu = IBV_MTU_1024;
@@ -51,7 +94,7 @@ bool connect_qp(ibv_context* ctx, ibv_qp* qp, uint32_t remote_qpn) {
   a.max_dest_rd_atomic = 1;
   a.min_rnr_timer = 12;
   a.ah_attr.is_global = 1;
-  a.ah_attr.grh.dgid = gid;
+  a.ah_attr.grh.dgid = remote_gid;
   a.ah_attr.grh.hop_limit = 64;
   a.ah_attr.port_num = 1;
   if (ibv_modify_qp(qp, &a,
@@ -83,8 +126,9 @@ struct OpenAtExit {
 };
 OpenAtExit open_at_exit{};
 
-int exchange_and_exit(int peer, bool initiator, bool close_first) {
-  ibv_context* ctx = metaroce_dv_open_device(kDevice, "127.0.0.1", nullptr);
+int exchange_and_exit(int peer, bool initiator, bool close_first, const Host& host) {
+  if (!enter_netns(host.netns)) return 9;
+  ibv_context* ctx = metaroce_dv_open_device(kDevice, host.address.c_str(), nullptr);
   if (!ctx) return 10;
   ibv_pd* pd = ibv_alloc_pd(ctx);
   ibv_cq* cq = pd ? ibv_create_cq(ctx, 16, nullptr, nullptr, 0) : nullptr;
@@ -103,8 +147,12 @@ int exchange_and_exit(int peer, bool initiator, bool close_first) {
   ibv_mr* in_mr = out_mr ? ibv_reg_mr(pd, in.data(), kBytes, IBV_ACCESS_LOCAL_WRITE) : nullptr;
   if (!in_mr) return 12;
   uint32_t remote_qpn = 0;
-  if (!write_u32(peer, qp->qp_num) || !read_u32(peer, remote_qpn)) return 13;
-  if (!connect_qp(ctx, qp, remote_qpn)) return 14;
+  ibv_gid gid{}, remote_gid{};
+  if (ibv_query_gid(ctx, 1, 0, &gid)) return 13;
+  if (!write_u32(peer, qp->qp_num) || !write_gid(peer, gid) || !read_u32(peer, remote_qpn) ||
+      !read_gid(peer, remote_gid))
+    return 13;
+  if (!connect_qp(qp, remote_qpn, remote_gid)) return 14;
   ibv_sge rsge{reinterpret_cast<uintptr_t>(in.data()), kBytes, in_mr->lkey};
   ibv_recv_wr rwr{};
   rwr.sg_list = &rsge;
@@ -153,6 +201,8 @@ int exchange_and_exit(int peer, bool initiator, bool close_first) {
 }
 
 TEST(ExitTogether, BothSidesSeeEveryCompletion) {
+  std::array<Host, 2> hosts{};
+  ASSERT_TRUE(hosts_from_env(hosts)) << "EXIT_TOGETHER_HOSTS must be \"NETNS0=ADDR0 NETNS1=ADDR1\"";
   for (int rep = 0; rep < kRepetitions; ++rep) {
     int fds[2];
     ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
@@ -163,7 +213,7 @@ TEST(ExitTogether, BothSidesSeeEveryCompletion) {
       ASSERT_GE(children[side], 0);
       if (children[side] == 0) {
         ::close(fds[1 - side]);
-        std::exit(exchange_and_exit(fds[side], side == 0, close_first));
+        std::exit(exchange_and_exit(fds[side], side == 0, close_first, hosts[side]));
       }
     }
     ::close(fds[0]);
