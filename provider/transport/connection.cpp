@@ -53,6 +53,7 @@ Connection::Connection(Endpoint& endpoint, PeerId peer)
     // The initial state (8.15): a path whose plane is down starts failed.
     if (!endpoint.plane_up(paths_.back().stats.plane)) paths_.back().health = PathHealth::Failed;
   }
+  update_retry_base();
 }
 
 void Connection::on_plane_change(Time now, uint16_t plane, bool up) {
@@ -166,10 +167,13 @@ wire::Origin Connection::origin(uint16_t path_id) const {
 }
 
 uint16_t Connection::heard_paths() const {
+  if (heard_cache_valid_) return heard_cache_;
   const uint64_t window = kHeardWindowPerPath * std::max<uint16_t>(rx_path_count_, 2);
   uint16_t heard = 0;
   for (uint16_t i = 0; i < wire::kHeardPathBits; ++i)
     if (heard_at_[i] != 0 && rx_packets_ + 1 - heard_at_[i] < window) heard |= uint16_t(1u << i);
+  heard_cache_ = heard;
+  heard_cache_valid_ = true;
   return heard;
 }
 
@@ -238,12 +242,14 @@ void Connection::on_peer_restart() {
   oldest_unacked_ = kNever;
   ack_now_ = false;
   rx_path_count_ = 0;
+  heard_cache_valid_ = false;
   any_data_rx_ = false;
   for (SendPath& path : paths_) path.last_ce_count = 0;
 }
 
 void Connection::on_packet(Time now, const wire::Packet& packet, bool ce_marked) {
   ++rx_packets_;
+  heard_cache_valid_ = false;
   if (packet.common.path_id < wire::kHeardPathBits) heard_at_[packet.common.path_id] = rx_packets_;
   for (uint16_t heard = packet.common.heard_paths; heard != 0; heard &= static_cast<uint16_t>(heard - 1))
     unheard_since_[__builtin_ctz(heard)] = kNever;
@@ -401,6 +407,7 @@ void Connection::on_path_sack(Time now, SendPath& path, const wire::PathSack& bl
         ++endpoint_.counters_.spurious_retransmits;
       } else {
         path.inflight_bytes -= record.bytes;
+        inflight_total_ -= record.bytes;
         acked_bytes += record.bytes;
         ++acked_packets;
         if (seq == highest && now > record.sent + ack_delay) rtt_sample = now - record.sent - ack_delay;
@@ -417,7 +424,10 @@ void Connection::on_path_sack(Time now, SendPath& path, const wire::PathSack& bl
   }
   if (!path.any_acked || seq_after(highest, path.highest_acked)) path.highest_acked = highest;
   path.any_acked = true;
-  if (rtt_sample) path.rtt.on_sample(rtt_sample);
+  if (rtt_sample) {
+    path.rtt.on_sample(rtt_sample);
+    update_retry_base();
+  }
   // ce_count is cumulative; an ACK overtaken by a newer one reports less.
   const int32_t new_marks = static_cast<int32_t>(block.ce_count - path.last_ce_count);
   const uint32_t marks = new_marks > 0 ? static_cast<uint32_t>(new_marks) : 0;
@@ -442,6 +452,7 @@ void Connection::on_path_sack(Time now, SendPath& path, const wire::PathSack& bl
 void Connection::declare_lost(SendPath& path, TxRecord& record) {
   record.state = TxRecord::State::Lost;
   path.inflight_bytes -= record.bytes;
+  inflight_total_ -= record.bytes;
   ++path.stats.lost;
   retransmits_.push_back({record.ref, path.id, false});
 }
@@ -487,7 +498,10 @@ void Connection::on_probe_reply(Time now, const wire::Packet& packet) {
       !endpoint_.plane_up(path.stats.plane))
     return;
   set_health(now, path, HealthEvent::ProbeAnswered);
-  if (packet.probe.timestamp <= now) path.rtt.on_sample(now - packet.probe.timestamp);
+  if (packet.probe.timestamp <= now) {
+    path.rtt.on_sample(now - packet.probe.timestamp);
+    update_retry_base();
+  }
 }
 
 void Connection::queue_nak(uint16_t path_id, const wire::Nak& nak) {
@@ -508,11 +522,10 @@ void Connection::queue_control(const Control& c) {
 
 // --- timers ------------------------------------------------------------------
 
-Time Connection::retry_base() const {
-  Time base = endpoint_.min_rto();
+void Connection::update_retry_base() {
+  retry_base_ = endpoint_.min_rto();
   for (const SendPath& path : paths_)
-    base = std::max(base, path.rtt.rto(endpoint_.min_rto(), endpoint_.config().max_rto_ns));
-  return base;
+    retry_base_ = std::max(retry_base_, path.rtt.rto(endpoint_.min_rto(), endpoint_.config().max_rto_ns));
 }
 
 void Connection::path_timeout(Time now, SendPath& path) {
@@ -615,7 +628,8 @@ void Connection::on_timer(Time now) {
     if (path.health != PathHealth::Active && path.probe_at <= now && endpoint_.plane_up(path.stats.plane))
       on_path_probe_timer(now, path);
   }
-  for (QueuePair* qp : std::vector<QueuePair*>(qps_)) {
+  timer_qps_.assign(qps_.begin(), qps_.end());  // a QP's timer may detach it
+  for (QueuePair* qp : timer_qps_) {
     qp->on_timer(now);
     ChunkRef probe;
     if (qp->retry_at() <= now && qp->on_retry_timer(now, probe)) retransmits_.push_back({probe, 0, true});
@@ -717,7 +731,7 @@ bool Connection::path_has_room(const SendPath& path, uint32_t bytes) const {
 }
 
 Time Connection::path_ready_time(const SendPath& path) const {
-  const Time paced = std::max(ceil_ns(path.next_tx_ns), ceil_ns(conn_next_tx_ns_));
+  const Time paced = std::max(path.paced_ns, conn_paced_ns_);
   const Time burst = endpoint_.config().pacing_burst_ns;
   return paced > burst ? paced - burst : 0;
 }
@@ -737,14 +751,8 @@ uint64_t Connection::connection_window() const {
   return std::max<uint64_t>(floor, 2 * rate_hint_bps_ / 8 * rtt / 1'000'000'000);
 }
 
-uint64_t Connection::inflight_bytes() const {
-  uint64_t total = 0;
-  for (const SendPath& path : paths_) total += path.inflight_bytes;
-  return total;
-}
-
 Connection::SendPath* Connection::pick_path(Time now, uint32_t bytes, int avoid) {
-  if (inflight_bytes() + bytes > connection_window()) return nullptr;
+  if (inflight_total_ + bytes > connection_window()) return nullptr;
   SendPath* best = nullptr;
   SendPath* fallback = nullptr;
   for (SendPath& path : paths_) {
@@ -766,9 +774,14 @@ void Connection::after_send(Time now, SendPath& path, uint32_t bytes) {
   const double window_rate = 1.25 * 8e9 * path.cc.window() / std::max<Time>(path.rtt.srtt(), 1);
   const double path_rate = std::min<double>(static_cast<double>(config.path_rate_bps), window_rate);
   path.next_tx_ns = std::max<double>(path.next_tx_ns, static_cast<double>(now)) + wire_bits * 1e9 / path_rate;
-  if (rate_hint_bps_ > 0)
+  path.paced_ns = ceil_ns(path.next_tx_ns);
+  earliest_paced_ns_ = path.paced_ns;
+  for (const SendPath& p : paths_) earliest_paced_ns_ = std::min(earliest_paced_ns_, p.paced_ns);
+  if (rate_hint_bps_ > 0) {
     conn_next_tx_ns_ = std::max<double>(conn_next_tx_ns_, static_cast<double>(now)) +
                        wire_bits * 1e9 / static_cast<double>(rate_hint_bps_);
+    conn_paced_ns_ = ceil_ns(conn_next_tx_ns_);
+  }
   if (path.rto_deadline == kNever) path.rto_deadline = now + rto(path);
   ++path.stats.packets_sent;
   path.stats.bytes_sent += bytes;
@@ -807,6 +820,7 @@ size_t Connection::send_rewind(Time now, SendPath& path, std::span<uint8_t> out)
     if (record.state != TxRecord::State::InFlight) {
       record.state = TxRecord::State::InFlight;
       path.inflight_bytes += record.bytes;
+      inflight_total_ += record.bytes;
     }
     ++endpoint_.counters_.tx_retransmits;
     ++path.stats.retransmits;
@@ -844,6 +858,12 @@ size_t Connection::send_data(Time now, std::span<uint8_t> out, uint16_t& path_id
     retransmits_.pop_front();
   }
   const bool retransmit = !retransmits_.empty();
+  // Two cheap checks before choosing a path, where most calls end: is any
+  // path's pacing due, and is there anything to send?
+  const Time burst = endpoint_.config().pacing_burst_ns;
+  if (std::max(earliest_paced_ns_, conn_paced_ns_) > now + burst) return 0;
+  if (!retransmit && std::none_of(qps_.begin(), qps_.end(), [](const QueuePair* qp) { return qp->has_new_chunks(); }))
+    return 0;
   SendPath* path = pick_path(now, mtu_bytes, retransmit ? retransmits_.front().lost_on : -1);
   if (!path) return 0;
 
@@ -869,7 +889,8 @@ size_t Connection::send_data(Time now, std::span<uint8_t> out, uint16_t& path_id
     qp->abandon_source(ref);
     return 0;
   }
-  const size_t length = qp->build_packet(ref, origin(path->id), path->next_seq, flags, out);
+  uint32_t payload = 0;
+  const size_t length = qp->build_packet(ref, origin(path->id), path->next_seq, flags, out, &payload);
   if (length == 0) {
     if (retransmit && ref.response) {  // a resent READ response whose memory is gone
       ++endpoint_.counters_.tx_response_unreadable;
@@ -881,9 +902,10 @@ size_t Connection::send_data(Time now, std::span<uint8_t> out, uint16_t& path_id
   path->records.push_back({ref, now, static_cast<uint32_t>(length), TxRecord::State::InFlight});
   ++path->next_seq;
   path->inflight_bytes += static_cast<uint32_t>(length);
+  inflight_total_ += length;
   EndpointCounters& counters = endpoint_.counters_;
   ++counters.tx_data_packets;
-  counters.tx_data_bytes += qp->chunk_payload_bytes(ref);
+  counters.tx_data_bytes += payload;
   if (retransmit) {
     ++counters.tx_retransmits;
     ++path->stats.retransmits;
@@ -923,7 +945,7 @@ Time Connection::next_wakeup() const {
   }
   if (has_data_to_send()) {
     const uint32_t mtu_bytes = endpoint_.config().mtu + static_cast<uint32_t>(wire::kDataHeaderBytes);
-    const bool connection_full = inflight_bytes() + mtu_bytes > connection_window();
+    const bool connection_full = inflight_total_ + mtu_bytes > connection_window();
     for (const SendPath& path : paths_) {
       if (rocev2() && path.rewinding) {
         wake = std::min(wake, path_wakeup_time(path));

@@ -68,7 +68,7 @@ class Connection {
   void farewell(const QueuePair& qp);
   void set_congestion(const CongestionParams& params);
   // The paths' largest RTO: the shortest transport timeout of a QP.
-  Time retry_base() const;
+  Time retry_base() const { return retry_base_; }
 
   // For the receiver's rate hint: did this peer send us data recently, and
   // at what rate (data packets' bytes over the last one to two windows)?
@@ -99,6 +99,7 @@ class Connection {
     RttEstimator rtt;
     PathCongestion cc;
     double next_tx_ns = 0;  // pacing
+    Time paced_ns = 0;      // ceil(next_tx_ns), kept beside it for the scheduler
     Time rto_deadline = kNever;
     // Consecutive timeouts that the path itself is to blame for (the peer
     // acknowledged packets sent after the one that timed out): they move the
@@ -167,10 +168,11 @@ class Connection {
 
   Time rto(const SendPath& path) const;
 
+  // Recomputes retry_base_; called whenever a path's RTT estimate changes.
+  void update_retry_base();
   bool has_data_to_send() const;
   bool path_has_room(const SendPath& path, uint32_t bytes) const;
   uint64_t connection_window() const;
-  uint64_t inflight_bytes() const;
   SendPath* pick_path(Time now, uint32_t bytes, int avoid);
   // When poll_transmit may next send on the path (its paced time less the
   // burst allowance), and when next_wakeup() reports that.
@@ -194,8 +196,13 @@ class Connection {
   // Sender.
   std::vector<SendPath> paths_;
   std::deque<Retransmit> retransmits_;
-  double conn_next_tx_ns_ = 0;  // pacing at the peer's rate hint
-  uint64_t rate_hint_bps_ = 0;  // 0 = none received
+  double conn_next_tx_ns_ = 0;         // pacing at the peer's rate hint
+  Time conn_paced_ns_ = 0;             // ceil(conn_next_tx_ns_)
+  Time earliest_paced_ns_ = 0;         // the paths' smallest paced_ns
+  std::vector<QueuePair*> timer_qps_;  // on_timer's copy of qps_, kept to reuse its storage
+  uint64_t rate_hint_bps_ = 0;         // 0 = none received
+  uint64_t inflight_total_ = 0;        // the paths' inflight_bytes summed
+  Time retry_base_ = 0;                // see retry_base()
   // Send time of the latest-sent packet that the peer acknowledged.
   Time latest_delivered_sent_ = 0;
   bool any_delivered_ = false;
@@ -225,6 +232,9 @@ class Connection {
   std::array<Time, wire::kHeardPathBits> unheard_since_ = filled<wire::kHeardPathBits>(kNever);
   uint64_t rx_packets_ = 0;
   std::array<uint64_t, wire::kHeardPathBits> heard_at_{};  // rx_packets_ when path i was last heard, + 1
+  // heard_paths() as of the last packet received: it changes only then.
+  mutable uint16_t heard_cache_ = 0;
+  mutable bool heard_cache_valid_ = false;
   Time last_data_rx_ = 0;
   bool any_data_rx_ = false;
   Time rx_window_start_ = 0;

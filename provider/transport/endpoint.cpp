@@ -455,8 +455,8 @@ void Endpoint::on_datagram(Time now, PeerId from, std::span<const uint8_t> datag
   }
   const bool fresh_epoch = verdict == PeerSession::EpochVerdict::New;
   // A new incarnation's numbering starts from nothing.
-  ReplayWindow unseen;
-  ReplayWindow& window = fresh_epoch ? unseen : session.window(common.dst_epoch != 0);
+  static const ReplayWindow unseen;
+  const ReplayWindow& window = fresh_epoch ? unseen : session.window(common.dst_epoch != 0);
   const uint64_t number = window.expand(common.packet_number);
   if (window.check(number) != ReplayWindow::Check::Fresh) {
     ++counters_.rx_drop_replay;

@@ -81,10 +81,10 @@ class QueuePair final : public QueuePairCommon {
   bool has_new_chunks() const;
   // Still worth sending (message alive, same attempt, not yet acknowledged)?
   bool chunk_needed(const ChunkRef& ref) const;
-  // Writes the data packet for ref; returns its length or 0.
+  // Writes the data packet for ref; returns its length or 0, and sets
+  // `payload_bytes` (when given) to the payload it carries.
   size_t build_packet(const ChunkRef& ref, wire::Origin origin, uint32_t path_seq, uint8_t flags,
-                      std::span<uint8_t> out) const;
-  uint32_t chunk_payload_bytes(const ChunkRef& ref) const;
+                      std::span<uint8_t> out, uint32_t* payload_bytes = nullptr) const;
   // Returns true when the chunk was not yet acknowledged in this attempt.
   bool on_chunk_acked(Time now, const ChunkRef& ref);
   bool has_outstanding_work() const;
@@ -142,6 +142,8 @@ class QueuePair final : public QueuePairCommon {
  private:
   OutboundMessage* find_request(uint32_t msn);
   const OutboundMessage* find_request(uint32_t msn) const;
+  // The payload bytes of chunk `chunk` of `m`.
+  uint32_t payload_of(const OutboundMessage& m, uint32_t chunk) const;
   const OutboundMessage* find_message(const ChunkRef& ref) const;
   OutboundMessage* find_message(const ChunkRef& ref);
   // Fills message from the first packet; ReceiverNotReady, or Placed with

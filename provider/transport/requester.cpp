@@ -192,19 +192,19 @@ bool QueuePair::chunk_needed(const ChunkRef& ref) const {
   return ref.chunk < m->chunks && !m->acked.test(ref.chunk);
 }
 
-uint32_t QueuePair::chunk_payload_bytes(const ChunkRef& ref) const {
-  const OutboundMessage* m = find_message(ref);
-  if (!m || !wire::carries_payload(m->opcode)) return 0;
-  const uint64_t offset = uint64_t{ref.chunk} * mtu();
-  if (offset >= m->length) return 0;
-  return static_cast<uint32_t>(std::min<uint64_t>(mtu(), m->length - offset));
+uint32_t QueuePair::payload_of(const OutboundMessage& m, uint32_t chunk) const {
+  if (!wire::carries_payload(m.opcode)) return 0;
+  const uint32_t size = mtu();
+  const uint64_t offset = uint64_t{chunk} * size;
+  if (offset >= m.length) return 0;
+  return static_cast<uint32_t>(std::min<uint64_t>(size, m.length - offset));
 }
 
 size_t QueuePair::build_packet(const ChunkRef& ref, wire::Origin origin, uint32_t path_seq, uint8_t flags,
-                               std::span<uint8_t> out) const {
+                               std::span<uint8_t> out, uint32_t* payload_bytes) const {
   const OutboundMessage* m = find_message(ref);
   if (!m) return 0;
-  const uint32_t payload = chunk_payload_bytes(ref);
+  const uint32_t payload = payload_of(*m, ref.chunk);
   wire::DataHeader h;
   h.path_seq = path_seq;
   h.opcode = m->opcode;
@@ -242,6 +242,7 @@ size_t QueuePair::build_packet(const ChunkRef& ref, wire::Origin origin, uint32_
       return 0;
     }
   }
+  if (payload_bytes) *payload_bytes = payload;
   return header + payload;
 }
 

@@ -41,7 +41,7 @@ const RecvWr* QueuePair::receive_for(uint32_t index) {
 bool QueuePair::source_readable(const ChunkRef& ref) const {
   const OutboundMessage* m = find_message(ref);
   if (!m || m->uses_owned) return true;
-  const uint32_t bytes = chunk_payload_bytes(ref);
+  const uint32_t bytes = payload_of(*m, ref.chunk);
   if (bytes == 0) return true;
   const uint64_t offset = uint64_t{ref.chunk} * mtu();
   if (m->uses_source_addr)
