@@ -124,7 +124,7 @@ void read_policy(Reader& r, const toml::table& t, std::string_view where, ctl::P
 }
 
 void read(Reader& r, const toml::table& root, Config& c) {
-  r.check_keys(root, "", {"daemon", "ports", "discovery", "security", "congestion"});
+  r.check_keys(root, "", {"daemon", "ports", "discovery", "security", "devices", "congestion"});
   if (const toml::table* t = r.table(root, "daemon")) {
     r.check_keys(*t, "daemon", {"log_level", "socket", "stats_interval_ms", "planes"});
     r.string(*t, "log_level", c.log_level);
@@ -190,6 +190,22 @@ void read(Reader& r, const toml::table& root, Config& c) {
     r.string(*t, "secret_file", c.security.secret_file);
     if (t->get("secret_file") && (c.security.secret_file.empty() || c.security.secret_file[0] != '/'))
       r.error(t->get("secret_file"), "secret_file must be an absolute path");
+  }
+  if (const toml::table* t = r.table(root, "devices")) {
+    for (const auto& [key, node] : *t) {
+      const std::string name(key.str());
+      if (!node.is_table()) {
+        r.error(&node, "[devices." + name + "] must be a table (an RDMA device, e.g. [devices.mr0])");
+        continue;
+      }
+      if (name.empty() || name.size() > 63 || name.find('/') != std::string::npos) {
+        r.error(&node, "RDMA device name '" + name + "' must be 1-63 bytes without '/'");
+        continue;
+      }
+      const toml::table& d = *node.as_table();
+      r.check_keys(d, "devices." + name, {"busy_poll_us"});
+      r.integer(d, "busy_poll_us", 0, ctl::kMaxBusyPollUs, c.devices[name].busy_poll_us);
+    }
   }
   if (const toml::table* t = r.table(root, "congestion")) {
     for (const auto& [key, node] : *t) {

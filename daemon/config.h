@@ -42,6 +42,13 @@ struct SecurityConfig {
   std::string secret_file = "/etc/metaroce/cluster.key";
 };
 
+// [devices.NAME]: settings for the contexts that open RDMA device NAME.
+struct DeviceConfig {
+  // The provider's progress thread polls without sleeping this long after
+  // its last work (METAROCE_BUSY_POLL_US, which overrides it).
+  std::optional<uint32_t> busy_poll_us;
+};
+
 struct Config {
   std::string log_level = "info";
   std::string socket_path = "/run/metaroce/metaroced.sock";
@@ -50,6 +57,7 @@ struct Config {
   PortsConfig ports;
   DiscoveryConfig discovery;
   SecurityConfig security;
+  std::map<std::string, DeviceConfig> devices;  // by RDMA device name
   // Traffic class name -> policy; "default" always exists.
   std::map<std::string, ctl::Policy> classes;
 };

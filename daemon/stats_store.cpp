@@ -19,6 +19,7 @@ nlohmann::json StatsStore::to_json(std::chrono::steady_clock::time_point now) co
     c["age_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(now - e.when).count();
     c["home_port"] = e.report.value("home_port", 0);
     c["device"] = e.report.value("device", "");
+    c["busy_poll_us"] = e.report.value("busy_poll_us", 0);
     c["counters"] = e.report.value("counters", nlohmann::json::object());
     c["connections"] = e.report.value("connections", nlohmann::json::array());
     for (const auto& [k, v] : c["counters"].items())

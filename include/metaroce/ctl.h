@@ -13,11 +13,13 @@
 //
 //   client -> daemon                         daemon -> client
 //   lease  {pid, address, paths?, class?,    lease_ok {home_port, source_ports[],
-//           home_port?, block_first?}                  block_first, block_size,
-//                                                      policy, stats_interval_ms,
-//                                                      security?}
+//           home_port?, block_first?,                  block_first, block_size,
+//           device?}                                   policy, stats_interval_ms,
+//                                                      security?, busy_poll_us?}
 //   (security: "integrity" (also when absent), "authenticate" or "encrypt",
 //    the cluster's mode; docs/spec.md section 9)
+//   (device: the RDMA device the context opened, e.g. mr0; busy_poll_us:
+//    that device's setting in [devices.NAME], when it has one)
 //   (without paths, the daemon's paths_per_connection; home_port: the one
 //    the kernel module gave the context; home_port + block_first: what a
 //    context held before the daemon restarted; both reserved as they are)
@@ -29,7 +31,7 @@
 //   (authenticate/encrypt: the pair key of the lease's endpoint and the
 //    peer's, 64 hex digits, and this end's role 0 or 1; docs/spec.md 9.3)
 //   report {home_port, device?, counters{},  (none)
-//           connections[]}
+//           connections[], busy_poll_us?}
 //   status | stats | reload                  status | stats | ok
 //   paths  {dest, dport?, source?, refresh?} paths {dest, dport, paths[], ...}
 //                                            policy {class, policy}   (pushed)
@@ -62,6 +64,9 @@ inline constexpr int kVersion = 1;
 inline constexpr size_t kMaxMessageBytes = 128 * 1024;
 inline constexpr const char* kDefaultSocket = "/run/metaroce/metaroced.sock";
 inline constexpr const char* kSocketEnv = "METAROCE_DAEMON_SOCKET";
+// The longest busy-poll window, in microseconds (METAROCE_BUSY_POLL_US and
+// metaroced's [devices.NAME] busy_poll_us).
+inline constexpr uint32_t kMaxBusyPollUs = 1'000'000;
 // A lease names at most one source port per path of a connection.
 inline constexpr uint16_t kMaxPaths = wire::kMaxPaths;
 
@@ -287,20 +292,21 @@ inline bool validate(Type type, const nlohmann::json& body, std::string& error) 
       return get_uint(body, "pid", 1, INT32_MAX, true, u, error) && get_string(body, "address", 64, true, error) &&
              get_uint(body, "paths", 1, kMaxPaths, false, u, error) && get_string(body, "class", 64, false, error) &&
              get_uint(body, "home_port", 1, 65535, false, u, error) &&
-             get_uint(body, "block_first", 1, 65535, false, u, error);
+             get_uint(body, "block_first", 1, 65535, false, u, error) && get_string(body, "device", 64, false, error);
     case Type::LeaseOk: {
       if (!get_uint(body, "home_port", 1, 65535, true, u, error) ||
           !get_uint(body, "stats_interval_ms", 0, 3'600'000, true, u, error) ||
           !get_uint(body, "block_first", 1, 65535, true, u, error) ||
           !get_uint(body, "block_size", 1, 65535, true, u, error) || !get_ports(body, "source_ports", 1, error) ||
-          !get_security(body, error))
+          !get_security(body, error) || !get_uint(body, "busy_poll_us", 0, kMaxBusyPollUs, false, u, error))
         return false;
       Policy policy;
       auto pit = body.find("policy");
       return pit == body.end() ? fail(error, "missing field 'policy'") : policy_from_json(*pit, policy, error);
     }
     case Type::Report: {
-      if (!get_uint(body, "home_port", 1, 65535, true, u, error) || !get_string(body, "device", 64, false, error))
+      if (!get_uint(body, "home_port", 1, 65535, true, u, error) || !get_string(body, "device", 64, false, error) ||
+          !get_uint(body, "busy_poll_us", 0, kMaxBusyPollUs, false, u, error))
         return false;
       auto c = body.find("counters");
       if (c == body.end() || !c->is_object()) return fail(error, "field 'counters' must be an object");

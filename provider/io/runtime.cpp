@@ -129,6 +129,7 @@ class RuntimeImpl final : public Runtime {
   bool start(std::string& error);
 
   uint16_t home_port() const override { return home_port_; }
+  transport::Time busy_poll_ns() const override { return options_.busy_poll_ns; }
   sockaddr_storage local_address() const override { return local_; }
   transport::PeerId peer_for(const sockaddr_storage& address) override { return peers_->get_or_add(address); }
 

@@ -105,6 +105,8 @@ class Runtime {
   virtual ~Runtime() = default;  // stops the thread and closes the sockets
 
   virtual uint16_t home_port() const = 0;
+  // RuntimeOptions::busy_poll_ns as the runtime was started with it.
+  virtual transport::Time busy_poll_ns() const = 0;
   // The bound local address (with the home port).
   virtual sockaddr_storage local_address() const = 0;
 

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "metaroce/ctl.h"
 #include "provider.h"
 
 namespace metaroce::verbs {
@@ -58,8 +59,9 @@ bool options_from_env(Options& o) {
   if (const char* s = std::getenv("METAROCE_IO_URING")) o.io_uring = std::strcmp(s, "0") != 0;
   if (const char* s = std::getenv("METAROCE_INLINE_TRANSMIT")) o.inline_transmit = std::strcmp(s, "0") != 0;
   if (const char* s = std::getenv("METAROCE_BUSY_POLL_US")) {
-    if (!parse_unsigned(s, 0, 1'000'000, v)) return bad_env("METAROCE_BUSY_POLL_US", s);
+    if (!parse_unsigned(s, 0, ctl::kMaxBusyPollUs, v)) return bad_env("METAROCE_BUSY_POLL_US", s);
     o.busy_poll_ns = v * 1000;
+    o.busy_poll_explicit = true;
   }
   if (const char* s = std::getenv("METAROCE_BASE_RTT_US")) {
     if (!parse_unsigned(s, 1, 10'000'000, v)) return bad_env("METAROCE_BASE_RTT_US", s);

@@ -23,8 +23,9 @@ struct Options {
   // reserves that one rather than lease another.
   bool home_port_from_kernel = false;
   bool io_uring = true;
-  bool inline_transmit = true;  // RuntimeOptions::inline_transmit
-  uint64_t busy_poll_ns = 0;    // RuntimeOptions::busy_poll_ns
+  bool inline_transmit = true;      // RuntimeOptions::inline_transmit
+  uint64_t busy_poll_ns = 0;        // RuntimeOptions::busy_poll_ns
+  bool busy_poll_explicit = false;  // set by METAROCE_BUSY_POLL_US, else metaroced's [devices.NAME]
   // The engine's defaults suit a datacenter NIC (8 us RTT). Over kernel
   // UDP the host adds tens of microseconds and, on a busy host, scheduling
   // delays of a millisecond or more that are not congestion: a larger base

@@ -116,6 +116,7 @@ std::optional<DaemonLease> request_lease(int fd, const nlohmann::json& request, 
     for (uint8_t i = 0; i < wire::kSecurityCount; ++i)
       if (security == ctl::kSecurityModes[i]) l.security = static_cast<wire::Security>(i);
     if (!ctl::policy_from_json(m->body["policy"], l.policy, error)) return std::nullopt;
+    if (m->body.contains("busy_poll_us")) l.busy_poll_us = m->body["busy_poll_us"].get<uint32_t>();
     if (l.source_ports.size() < std::max<size_t>(paths, 1)) {
       error = "metaroced leased " + std::to_string(l.source_ports.size()) + " source ports for " +
               std::to_string(paths) + " paths";
@@ -150,12 +151,13 @@ bool DaemonClient::send(const nlohmann::json& message) {
   return ::send(fd_, text.data(), text.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(text.size());
 }
 
-std::optional<DaemonLease> DaemonClient::lease(const std::string& address, uint16_t paths,
+std::optional<DaemonLease> DaemonClient::lease(const std::string& device, const std::string& address, uint16_t paths,
                                                const std::string& traffic_class, uint16_t home_port,
                                                std::string& error) {
   nlohmann::json req = ctl::make(ctl::Type::Lease);
   req["pid"] = ::getpid();
   req["address"] = address;
+  if (!device.empty()) req["device"] = device;
   if (paths) req["paths"] = paths;
   if (!traffic_class.empty()) req["class"] = traffic_class;
   if (home_port) req["home_port"] = home_port;
@@ -356,6 +358,7 @@ void DaemonClient::report() {
   nlohmann::json m = ctl::make(ctl::Type::Report);
   m["home_port"] = runtime_->home_port();
   m["device"] = device_;
+  m["busy_poll_us"] = runtime_->busy_poll_ns() / 1000;
   const io::RuntimeStats io = runtime_->stats();
   std::vector<std::pair<transport::PeerId, std::vector<transport::PathSnapshot>>> conns;
   nlohmann::json counters;

@@ -33,6 +33,7 @@ struct DaemonLease {
   ctl::Policy policy;
   uint32_t stats_interval_ms = 0;
   wire::Security security = wire::Security::Integrity;  // the cluster's mode
+  std::optional<uint32_t> busy_poll_us;                 // the device's [devices.NAME] setting
 };
 
 struct PeerKey {
@@ -53,10 +54,11 @@ class DaemonClient {
   ~DaemonClient();  // stops the thread; closing the socket ends the leases
 
   // Asks for a home port and `paths` source ports (0: as many as the daemon
-  // is configured to give) for a context on `address`; with `home_port`
-  // (not 0) that home port, which the kernel module gave the context.
-  std::optional<DaemonLease> lease(const std::string& address, uint16_t paths, const std::string& traffic_class,
-                                   uint16_t home_port, std::string& error);
+  // is configured to give) for a context of RDMA device `device` on
+  // `address`; with `home_port` (not 0) that home port, which the kernel
+  // module gave the context.
+  std::optional<DaemonLease> lease(const std::string& device, const std::string& address, uint16_t paths,
+                                   const std::string& traffic_class, uint16_t home_port, std::string& error);
 
   // After attach(): asks for `paths` source ports of this lease's block that
   // cover the fabric's paths to `peer` (its IP and home port; the daemon

@@ -65,8 +65,8 @@ std::unique_ptr<io::Runtime> start_with_daemon(const Device& device, const Optio
   // A leased port can still be taken by a process that bypasses the daemon:
   // lease again (the daemon never hands out the same port twice in a row).
   for (int attempt = 0; attempt < 4; ++attempt) {
-    std::optional<DaemonLease> lease =
-        daemon->lease(device.address_text, o.paths_explicit ? o.paths : 0, o.traffic_class, o.home_port, why);
+    std::optional<DaemonLease> lease = daemon->lease(device.name, device.address_text, o.paths_explicit ? o.paths : 0,
+                                                     o.traffic_class, o.home_port, why);
     if (!lease) break;
     if (lease->home_port < kHomePortBase || lease->home_port >= kHomePortBase + kHomePortCount) {
       why = "leased home port " + std::to_string(lease->home_port) + " is outside [" + std::to_string(kHomePortBase) +
@@ -79,6 +79,7 @@ std::unique_ptr<io::Runtime> start_with_daemon(const Device& device, const Optio
     ro.path_source_ports = lease->source_ports;
     ro.endpoint.security = lease->security;
     if (!o.paths_explicit) ro.endpoint.paths = static_cast<uint16_t>(lease->source_ports.size());
+    if (!o.busy_poll_explicit && lease->busy_poll_us) ro.busy_poll_ns = uint64_t{*lease->busy_poll_us} * 1000;
     ctl::apply_policy(lease->policy, ro.endpoint.cc);
     if (lease->policy.rate_hint_utilization) ro.endpoint.rate_hint_utilization = *lease->policy.rate_hint_utilization;
     std::unique_ptr<io::Runtime> runtime = io::Runtime::create(ro, why);

@@ -59,6 +59,9 @@ paths_per_connection = 8
 [discovery]
 enabled = false
 max_ttl = 4
+[devices.mr0]
+busy_poll_us = 50
+[devices.mr1]
 [congestion.default]
 target_delay_us = 500
 [congestion.bulk]
@@ -81,6 +84,9 @@ rate_hint_utilization = 0.9
   EXPECT_EQ(c.ports.block_size, 16);
   EXPECT_FALSE(c.discovery.enabled);
   EXPECT_EQ(c.discovery.max_ttl, 4u);
+  EXPECT_EQ(c.devices.at("mr0").busy_poll_us, 50u);
+  ASSERT_EQ(c.devices.count("mr1"), 1u);
+  EXPECT_FALSE(c.devices.at("mr1").busy_poll_us);
   EXPECT_EQ(c.classes.at("default").target_delay_ns, 500'000u);
   const ctl::Policy& bulk = c.classes.at("bulk");
   EXPECT_EQ(bulk.ecn_gain, 0.5);
@@ -124,6 +130,13 @@ TEST(Config, TypeAndRangeErrorsNameTheKeyAndLine) {
   e = only_error("congestion = 3\n");
   EXPECT_EQ(e.line, 1u);
   e = only_error("[congestion]\nbulk = 3\n");
+  EXPECT_EQ(e.line, 2u);
+  e = only_error("[devices.mr0]\n\nbusy_poll_us = 1000001\n");
+  EXPECT_EQ(e.line, 3u);
+  EXPECT_NE(e.message.find("out of range"), std::string::npos) << e.message;
+  e = only_error("[devices.mr0]\nbusy_pol_us = 5\n");
+  EXPECT_NE(e.message.find("unknown key 'busy_pol_us' in [devices.mr0]"), std::string::npos) << e.message;
+  e = only_error("[devices]\nmr0 = 5\n");
   EXPECT_EQ(e.line, 2u);
 }
 

@@ -29,11 +29,13 @@ TEST(Ctl, RoundTripsEveryRequest) {
   lease["pid"] = 42;
   lease["address"] = "10.0.0.1";
   lease["paths"] = 4;
+  lease["device"] = "mr0";
   std::string error;
   auto m = parse(encode(lease), error);
   ASSERT_TRUE(m) << error;
   EXPECT_EQ(m->type, Type::Lease);
   EXPECT_EQ(m->body["paths"], 4);
+  EXPECT_EQ(m->body["device"], "mr0");
 
   nlohmann::json ports = make(Type::PeerPorts);
   ports["home_port"] = 4800;
@@ -93,6 +95,12 @@ TEST(Ctl, RefusesBadFields) {
           R"({"v":1,"type":"lease_ok","home_port":4792,"stats_interval_ms":0,"block_first":20000,"block_size":64,"source_ports":[],"policy":{}})")
           .find("source_ports"),
       std::string::npos);
+  EXPECT_NE(
+      refusal(
+          R"({"v":1,"type":"lease_ok","home_port":4792,"stats_interval_ms":0,"block_first":20000,"block_size":64,"source_ports":[20000],"policy":{},"busy_poll_us":1000001})")
+          .find("busy_poll_us"),
+      std::string::npos);
+  EXPECT_NE(refusal(R"({"v":1,"type":"lease","pid":1,"address":"a","device":7})").find("device"), std::string::npos);
 }
 
 TEST(Ctl, PolicyRoundTripsAndAppliesOnlyItsFields) {

@@ -18,7 +18,9 @@ daemon_answers() { "$CLI" --socket "$SOCK" status; }
 contexts() { "$CLI" --socket "$SOCK" --json stats | json - 'len(d["contexts"])'; }
 
 # 3 paths a context: the provider takes the daemon's number when the user sets none.
-printf '[ports]\nsource_first = 23000\nsource_count = 1280\npaths_per_connection = 3\n' >"$WORK/d.toml"
+# mr0's busy polling comes from the daemon unless the environment sets it.
+printf '[ports]\nsource_first = 23000\nsource_count = 1280\npaths_per_connection = 3\n[devices.mr0]\nbusy_poll_us = 77\n' \
+    >"$WORK/d.toml"
 "$DAEMON" --config "$WORK/d.toml" --socket "$SOCK" 2>"$WORK/daemon.log" &
 DPID=$!
 wait_until 10 daemon_answers || fail "metaroced did not start: $(cat "$WORK/daemon.log")"
@@ -43,7 +45,8 @@ wait_udp_listener 4792 || fail "nothing bound 127.0.0.1:4792"
 
 # Three ib_write_bw servers, each waiting for a client that never comes.
 for n in 0 1 2; do
-    METAROCE_DAEMON_SOCKET=$SOCK timeout 60 "$RUN" --dev mr0=lo ib_write_bw -d mr0 -x 0 -p $((19600 + n + RANDOM % 200 * 3)) \
+    busy=(); ((n == 2)) && busy=(METAROCE_BUSY_POLL_US=5)
+    env ${busy[@]+"${busy[@]}"} METAROCE_DAEMON_SOCKET="$SOCK" timeout 60 "$RUN" --dev mr0=lo ib_write_bw -d mr0 -x 0 -p $((19600 + n + RANDOM % 200 * 3)) \
         >"$WORK/server$n" 2>&1 &
 done
 wait_until 10 leased_by 3 || fail "expected 3 processes with leases, have $(leases): $(cat "$WORK"/server*)"
@@ -97,6 +100,11 @@ for c in json.load(open(sys.argv[2]))["contexts"]:
     reported = set(c["counters"])
     assert reported == listed, f"not listed: {reported - listed}, not reported: {listed - reported}"
 PY
+python3 - "$WORK/stats.json" <<'PY' || fail "busy polling is not [devices.mr0]'s, or the environment's where set"
+import json, sys
+busy = sorted(c["busy_poll_us"] for c in json.load(open(sys.argv[1]))["contexts"])
+assert busy == [5, 77, 77], busy
+PY
 # Bad command lines: a message and a nonzero status, never a crash.
 for args in "paths 999.1.1.1" "" "config" "status --bogus" "paths 10.0.0.1 --dport 0"; do
     read -ra argv <<<"$args"
@@ -107,7 +115,7 @@ done
 set +e; out=$("$CLI" --socket "$WORK/none.sock" status 2>&1); rc=$?; set -e
 [[ $rc == 1 && $out == "metaroce: cannot reach metaroced at $WORK/none.sock: No such file or directory" ]] ||
     fail "no daemon: exit $rc, '$out'"
-pass "metaroce status/stats tables list the leases and contexts, reports carry the listed counters; bad command lines get a message"
+pass "metaroce status/stats tables list the leases and contexts, reports carry the listed counters and [devices.mr0]'s busy polling (METAROCE_BUSY_POLL_US overriding it); bad command lines get a message"
 
 victim=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["leases"][-1]["pid"])' "$WORK/status.json")
 kill -KILL "$victim"

@@ -438,6 +438,24 @@ TEST(Metaroced, ALeaseWithoutPathsGetsTheConfiguredNumber) {
   ::close(fd);
 }
 
+TEST(Metaroced, ALeaseCarriesItsDevicesBusyPollSetting) {
+  Daemon d(std::string(kConfig) + "[devices.mr7]\nbusy_poll_us = 250\n");
+  const int fd = connect_to(d.socket());
+  ASSERT_GE(fd, 0);
+  json req = lease_request(::getpid());
+  req["device"] = "mr7";
+  ASSERT_TRUE(send_raw(fd, ctl::encode(req)));
+  auto m = receive(fd);
+  ASSERT_TRUE(m && m->type == ctl::Type::LeaseOk);
+  EXPECT_EQ(m->body.value("busy_poll_us", 0), 250);
+  req["device"] = "mr8";  // no [devices.mr8]: the provider keeps its own setting
+  ASSERT_TRUE(send_raw(fd, ctl::encode(req)));
+  m = receive(fd);
+  ASSERT_TRUE(m && m->type == ctl::Type::LeaseOk);
+  EXPECT_FALSE(m->body.contains("busy_poll_us"));
+  ::close(fd);
+}
+
 TEST(Metaroced, ReloadPushesPoliciesAndABadConfigKeepsTheRunningOne) {
   Daemon d(kConfig);
   const int provider = connect_to(d.socket());
