@@ -249,6 +249,8 @@ struct CollectiveOptions {
   uint64_t pfc_xon_kib = 248;
   double fail_spine_link_us = -1;  // plane 0, leaf 0, its busiest spine link, from this time on
   double fail_plane_us = -1;       // plane 0, from this time on
+  double min_rto_us = 0;           // engine's minimum RTO; 0 = its default (4 x base RTT)
+  bool counters = false;           // add every nonzero engine counter, summed over the cluster
   uint64_t time_limit_ms = 1'000;
 };
 
@@ -321,6 +323,7 @@ int run_collective_cases(const CollectiveOptions& o) {
           spec.cluster.transport = transport;
           spec.cluster.paths_per_plane = o.paths_per_plane;
           spec.cluster.seed = o.seed;
+          spec.cluster.endpoint.min_rto_ns = static_cast<metaroce::transport::Time>(o.min_rto_us * 1000);
           spec.workload = workload;
           spec.bytes = o.bytes ? o.bytes : default_bytes(workload);
           spec.channels = o.channels;
@@ -349,6 +352,15 @@ int run_collective_cases(const CollectiveOptions& o) {
               });
             }
           };
+          nlohmann::ordered_json counters = nlohmann::ordered_json::object();
+          if (o.counters) {
+            spec.after = [&counters](metaroce::sim::Cluster& cluster) {
+              for (const auto& info : metaroce::transport::kEndpointCounterInfo) {
+                const uint64_t total = cluster.total(info.value);
+                if (total != 0) counters[info.name] = total;
+              }
+            };
+          }
           metaroce::sim::CollectiveResult r;
           try {
             r = metaroce::sim::run_collective(spec);
@@ -378,6 +390,8 @@ int run_collective_cases(const CollectiveOptions& o) {
           };
           if (o.fail_spine_link_us >= 0) line["failed_spine_link_at_us"] = o.fail_spine_link_us;
           if (o.fail_plane_us >= 0) line["failed_plane_at_us"] = o.fail_plane_us;
+          if (o.min_rto_us > 0) line["min_rto_us"] = o.min_rto_us;
+          if (o.counters) line["counters"] = counters;
           std::printf("%s\n", line.dump().c_str());
           std::fflush(stdout);
         }
@@ -465,6 +479,10 @@ int main(int argc, char** argv) {
                          "fail every link of plane 0 from this time on (the NICs see it and tell their engines)");
   collective->add_option("--time-limit-ms", co.time_limit_ms, "virtual time limit per case")
       ->check(CLI::Range(1, 100'000));
+  collective->add_option("--min-rto-us", co.min_rto_us, "the engines' minimum RTO (0 = theirs: 4 x 8 us base RTT)")
+      ->check(CLI::Range(0.0, 100'000.0));
+  collective->add_flag("--counters", co.counters,
+                       "add \"counters\": every nonzero engine counter summed over the cluster's endpoints");
   CLI11_PARSE(app, argc, argv);
   if (bench->parsed()) return run_bench(options);
   if (collective->parsed()) return run_collective_cases(co);
