@@ -123,6 +123,27 @@ void read_policy(Reader& r, const toml::table& t, std::string_view where, ctl::P
     r.error(t.get("min_window_bytes"), "min_window_bytes exceeds max_window_bytes in [" + std::string(where) + "]");
 }
 
+// Calls `read(NAME, table)` for each [section.NAME] of `root`; a NAME that
+// is not a table, is empty, longer than `max_name` bytes or has a '/' is an
+// error. `what` says what a NAME stands for.
+template <typename Read>
+void read_named_tables(Reader& r, const toml::table& root, const std::string& section, const std::string& what,
+                       size_t max_name, Read read) {
+  const toml::table* t = r.table(root, section);
+  if (!t) return;
+  for (const auto& [key, node] : *t) {
+    const std::string name(key.str());
+    if (!node.is_table()) {
+      r.error(&node, "[" + section + "." + name + "] must be a table (" + what + ")");
+    } else if (name.empty() || name.size() > max_name || name.find('/') != std::string::npos) {
+      r.error(&node,
+              "[" + section + "." + name + "]: the name must be 1-" + std::to_string(max_name) + " bytes without '/'");
+    } else {
+      read(name, *node.as_table());
+    }
+  }
+}
+
 void read(Reader& r, const toml::table& root, Config& c) {
   r.check_keys(root, "", {"daemon", "ports", "discovery", "security", "devices", "congestion"});
   if (const toml::table* t = r.table(root, "daemon")) {
@@ -191,36 +212,14 @@ void read(Reader& r, const toml::table& root, Config& c) {
     if (t->get("secret_file") && (c.security.secret_file.empty() || c.security.secret_file[0] != '/'))
       r.error(t->get("secret_file"), "secret_file must be an absolute path");
   }
-  if (const toml::table* t = r.table(root, "devices")) {
-    for (const auto& [key, node] : *t) {
-      const std::string name(key.str());
-      if (!node.is_table()) {
-        r.error(&node, "[devices." + name + "] must be a table (an RDMA device, e.g. [devices.mr0])");
-        continue;
-      }
-      if (name.empty() || name.size() > 63 || name.find('/') != std::string::npos) {
-        r.error(&node, "RDMA device name '" + name + "' must be 1-63 bytes without '/'");
-        continue;
-      }
-      const toml::table& d = *node.as_table();
-      r.check_keys(d, "devices." + name, {"busy_poll_us"});
-      r.integer(d, "busy_poll_us", 0, ctl::kMaxBusyPollUs, c.devices[name].busy_poll_us);
-    }
-  }
-  if (const toml::table* t = r.table(root, "congestion")) {
-    for (const auto& [key, node] : *t) {
-      const std::string name(key.str());
-      if (!node.is_table()) {
-        r.error(&node, "[congestion." + name + "] must be a table (a traffic class)");
-        continue;
-      }
-      if (name.size() > 64) {
-        r.error(&node, "traffic class name longer than 64 bytes");
-        continue;
-      }
-      read_policy(r, *node.as_table(), "congestion." + name, c.classes[name]);
-    }
-  }
+  read_named_tables(r, root, "devices", "an RDMA device, e.g. [devices.mr0]", 63,
+                    [&](const std::string& name, const toml::table& d) {
+                      r.check_keys(d, "devices." + name, {"busy_poll_us"});
+                      r.integer(d, "busy_poll_us", 0, ctl::kMaxBusyPollUs, c.devices[name].busy_poll_us);
+                    });
+  read_named_tables(r, root, "congestion", "a traffic class", 64, [&](const std::string& name, const toml::table& t) {
+    read_policy(r, t, "congestion." + name, c.classes[name]);
+  });
 }
 
 }  // namespace
