@@ -13,7 +13,7 @@ TEST=${EXIT_TOGETHER_TEST:?EXIT_TOGETHER_TEST not set}
 
 require_netns noblaster
 use_prefix mrt-exit
-fab up --hosts 2 --paths 4 >/dev/null
+fab up >/dev/null  # the defaults: 2 hosts, 4 paths
 
 EXIT_TOGETHER_HOSTS="${PREFIX}-h0=$(fab addr h0) ${PREFIX}-h1=$(fab addr h1)" \
     METAROCE_DAEMON=0 timeout 280 "$TEST" >"$WORK/out" 2>&1 || { cat "$WORK/out" >&2; fail "exit_together across the fabric failed"; }
