@@ -406,8 +406,7 @@ void Connection::on_path_sack(Time now, SendPath& path, const wire::PathSack& bl
       if (record.state == TxRecord::State::Lost) {
         ++endpoint_.counters_.spurious_retransmits;
       } else {
-        path.inflight_bytes -= record.bytes;
-        inflight_total_ -= record.bytes;
+        remove_inflight(path, record.bytes);
         acked_bytes += record.bytes;
         ++acked_packets;
         if (seq == highest && now > record.sent + ack_delay) rtt_sample = now - record.sent - ack_delay;
@@ -451,8 +450,7 @@ void Connection::on_path_sack(Time now, SendPath& path, const wire::PathSack& bl
 
 void Connection::declare_lost(SendPath& path, TxRecord& record) {
   record.state = TxRecord::State::Lost;
-  path.inflight_bytes -= record.bytes;
-  inflight_total_ -= record.bytes;
+  remove_inflight(path, record.bytes);
   ++path.stats.lost;
   retransmits_.push_back({record.ref, path.id, false});
 }
@@ -819,8 +817,7 @@ size_t Connection::send_rewind(Time now, SendPath& path, std::span<uint8_t> out)
     record.sent = now;
     if (record.state != TxRecord::State::InFlight) {
       record.state = TxRecord::State::InFlight;
-      path.inflight_bytes += record.bytes;
-      inflight_total_ += record.bytes;
+      add_inflight(path, record.bytes);
     }
     ++endpoint_.counters_.tx_retransmits;
     ++path.stats.retransmits;
@@ -901,8 +898,7 @@ size_t Connection::send_data(Time now, std::span<uint8_t> out, uint16_t& path_id
   if (!ref.response) qp->on_request_sent(now);
   path->records.push_back({ref, now, static_cast<uint32_t>(length), TxRecord::State::InFlight});
   ++path->next_seq;
-  path->inflight_bytes += static_cast<uint32_t>(length);
-  inflight_total_ += length;
+  add_inflight(*path, static_cast<uint32_t>(length));
   EndpointCounters& counters = endpoint_.counters_;
   ++counters.tx_data_packets;
   counters.tx_data_bytes += payload;

@@ -173,6 +173,15 @@ class Connection {
   bool has_data_to_send() const;
   bool path_has_room(const SendPath& path, uint32_t bytes) const;
   uint64_t connection_window() const;
+  // A path's inflight_bytes change only through these, which keep inflight_total_.
+  void add_inflight(SendPath& path, uint32_t bytes) {
+    path.inflight_bytes += bytes;
+    inflight_total_ += bytes;
+  }
+  void remove_inflight(SendPath& path, uint32_t bytes) {
+    path.inflight_bytes -= bytes;
+    inflight_total_ -= bytes;
+  }
   SendPath* pick_path(Time now, uint32_t bytes, int avoid);
   // When poll_transmit may next send on the path (its paced time less the
   // burst allowance), and when next_wakeup() reports that.
