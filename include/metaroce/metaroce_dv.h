@@ -36,6 +36,16 @@ extern "C" {
 // 63 characters) and its local address: an IPv4/IPv6 literal or a network
 // interface name, whose first IPv4 address (else its first IPv6 address) is
 // used.
+//
+// Planes: netdev_or_ip may list up to 8 comma-separated netdevs or addresses
+// ("eth0,eth1"), one per independent network plane. The device's GID is the
+// first one's address; path p of every connection leaves through plane
+// p % planes, so a connection spreads over all of them, and a plane whose
+// netdev goes down is drained at once (its paths' packets are resent on the
+// others). Planes must be numbered in parallel: every host's plane-k address
+// differs from its plane-0 address in the same bits (host n is 10.0.0.n on
+// plane 0 and 10.1.0.n on plane 1, say), which is how a peer's plane-k
+// address is found. docs/verbs.md, "Planes".
 struct metaroce_dv_device_spec {
   const char* name;
   const char* netdev_or_ip;
@@ -71,7 +81,8 @@ struct metaroce_dv_options {
 // Returns a NULL-terminated array of devices, creating those not yet known
 // to this process; *num (if not NULL) is set to their count. With specs ==
 // NULL the devices come from the METAROCE_DEVICES environment variable
-// ("name=netdev_or_ip[,name=netdev_or_ip...]"; none when it is unset).
+// ("name=netdev_or_ip[,netdev_or_ip...][,name=...]", an item without '='
+// being a further plane of the device before it; none when it is unset).
 // Devices live until the process exits; free the array with
 // metaroce_dv_free_device_list(). Returns NULL with errno set on error
 // (EINVAL: bad spec or unknown interface; EEXIST: the name is already bound
@@ -95,6 +106,53 @@ bool metaroce_dv_is_metaroce_context(struct ibv_context* context);
 
 // The UDP home port of an open context (0 if not a MetaRoCE context).
 uint16_t metaroce_dv_home_port(struct ibv_context* context);
+
+// One plane of an open context and the traffic its paths sent, over every
+// connection of the context (metaroce_dv_query_planes).
+struct metaroce_dv_plane {
+  char netdev[16];        // the plane's netdev ("" when it was given as an address)
+  char address[46];       // its local IP address, as text
+  uint32_t up;            // 0 while its netdev is down or has no carrier
+  uint32_t paths;         // paths on this plane, over all connections
+  uint32_t active_paths;  // of those, the ones carrying data now
+  uint32_t reserved;
+  uint64_t packets_sent;  // data packets, retransmissions included
+  uint64_t bytes_sent;
+  uint64_t retransmits;
+  uint64_t lost;  // packets declared lost
+};
+
+enum metaroce_dv_path_health {
+  METAROCE_DV_PATH_ACTIVE = 0,   // carrying data
+  METAROCE_DV_PATH_SUSPECT = 1,  // timed out: probed, not used for new data
+  METAROCE_DV_PATH_FAILED = 2,   // drained (or its plane is down) until a probe gets through
+};
+
+// The sending side of one path of a connection (metaroce_dv_query_paths).
+struct metaroce_dv_path {
+  uint16_t path;
+  uint16_t plane;
+  uint32_t health;  // enum metaroce_dv_path_health
+  uint64_t packets_sent;
+  uint64_t bytes_sent;
+  uint64_t retransmits;
+  uint64_t lost;
+  uint64_t ecn_marks;
+  uint32_t window_bytes;
+  uint32_t inflight_bytes;
+  uint64_t srtt_ns;
+  uint64_t min_rtt_ns;
+};
+
+// Fills planes[0 .. min(count, max)) and returns count, the context's number
+// of planes; -1 with errno EINVAL when context is not an open MetaRoCE context
+// or max < 0 (planes may be NULL when max is 0).
+int metaroce_dv_query_planes(struct ibv_context* context, struct metaroce_dv_plane* planes, int max);
+
+// The paths of the connection an RC QP uses (that to the peer it was moved to
+// RTR with), as metaroce_dv_query_planes fills planes; 0 before RTR (and for
+// other QP types); -1 with errno EINVAL when qp is not a MetaRoCE QP.
+int metaroce_dv_query_paths(struct ibv_qp* qp, struct metaroce_dv_path* paths, int max);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -58,16 +58,24 @@ uint16_t port_of(const sockaddr_storage& address) {
 
 }  // namespace
 
+PeerTable::PeerTable(int family, std::vector<Ip> plane_masks) : family_(family), plane_masks_(std::move(plane_masks)) {}
+
 transport::PeerId PeerTable::get_or_add(const sockaddr_storage& address) {
   PeerKey key;
   if (!make_peer_key(address, port_of(address), key)) return 0;
   std::lock_guard<std::mutex> lock(mutex_);
   for (size_t i = 0; i < entries_.size(); ++i)
-    if (entries_[i].key == key) return static_cast<transport::PeerId>(i + 1);
+    for (const Plane& plane : entries_[i].planes)
+      if (plane.key == key) return static_cast<transport::PeerId>(i + 1);
   Entry entry;
-  entry.key = key;
-  entry.length = make_destination(family_, key, entry.destination);
-  entries_.push_back(entry);
+  for (size_t k = 0; k <= plane_masks_.size(); ++k) {
+    Plane plane{key, {}, 0};
+    if (k > 0)
+      for (size_t b = 0; b < plane.key.ip.size(); ++b) plane.key.ip[b] ^= plane_masks_[k - 1][b];
+    plane.length = make_destination(family_, plane.key, plane.destination);
+    entry.planes.push_back(plane);
+  }
+  entries_.push_back(std::move(entry));
   version_.fetch_add(1, std::memory_order_release);
   return static_cast<transport::PeerId>(entries_.size());
 }
@@ -75,7 +83,7 @@ transport::PeerId PeerTable::get_or_add(const sockaddr_storage& address) {
 bool PeerTable::destination_of(transport::PeerId peer, sockaddr_storage& address) const {
   std::lock_guard<std::mutex> lock(mutex_);
   if (peer == 0 || peer > entries_.size()) return false;
-  address = entries_[peer - 1].destination;
+  address = entries_[peer - 1].planes.front().destination;
   return true;
 }
 
@@ -100,11 +108,14 @@ void PeerTable::refresh(View& view) const {
   view.sorted_.clear();
   view.destinations_.clear();
   view.sockets_.clear();
+  view.planes_ = static_cast<uint16_t>(plane_masks_.size() + 1);
   for (size_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = entries_[i];
-    view.sorted_.push_back({e.key, static_cast<transport::PeerId>(i + 1)});
-    view.destinations_.push_back({e.destination, e.length, static_cast<uint32_t>(view.sockets_.size()),
-                                  static_cast<uint16_t>(e.sockets.size())});
+    for (const Plane& plane : e.planes) {
+      view.sorted_.push_back({plane.key, static_cast<transport::PeerId>(i + 1)});
+      view.destinations_.push_back({plane.destination, plane.length, static_cast<uint32_t>(view.sockets_.size()),
+                                    static_cast<uint16_t>(e.sockets.size())});
+    }
     view.sockets_.insert(view.sockets_.end(), e.sockets.begin(), e.sockets.end());
   }
   std::sort(view.sorted_.begin(), view.sorted_.end(),
@@ -122,18 +133,19 @@ transport::PeerId PeerTable::View::lookup(const PeerKey& key) const {
   return it->peer;
 }
 
-const sockaddr_storage* PeerTable::View::destination(transport::PeerId peer, socklen_t& length) const {
+const sockaddr_storage* PeerTable::View::destination(transport::PeerId peer, uint16_t path, socklen_t& length) const {
   length = 0;
-  if (peer == 0 || peer > destinations_.size()) return nullptr;
-  const Destination& d = destinations_[peer - 1];
+  const size_t index = (size_t{peer} - 1) * planes_ + path % planes_;
+  if (peer == 0 || index >= destinations_.size()) return nullptr;
+  const Destination& d = destinations_[index];
   if (d.length == 0) return nullptr;
   length = d.length;
   return &d.address;
 }
 
 uint16_t PeerTable::View::socket(transport::PeerId peer, uint16_t path, uint16_t default_count) const {
-  if (peer != 0 && peer <= destinations_.size()) {
-    const Destination& d = destinations_[peer - 1];
+  if (peer != 0 && (size_t{peer} - 1) * planes_ < destinations_.size()) {
+    const Destination& d = destinations_[(size_t{peer} - 1) * planes_];
     if (d.sockets_count != 0) return sockets_[d.sockets_first + path % d.sockets_count];
   }
   return static_cast<uint16_t>(path % std::max<uint16_t>(default_count, 1));

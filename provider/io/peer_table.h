@@ -6,6 +6,14 @@
 // version changes, so that per-datagram lookups take no lock and allocate
 // nothing.
 //
+// A device over several planes (one netdev each, docs/spec.md 8.15) reaches
+// a peer at one address per plane. Planes are numbered in parallel: a peer's
+// plane-k address is its plane-0 address XOR the local plane-k address XOR
+// the local plane-0 address (the plane's mask), as clusters number the NICs
+// of their rails (host n is 10.k.0.n on rail k). Datagrams from any of a
+// peer's plane addresses belong to that peer; path p is sent to its address
+// on plane p % planes.
+//
 // Each peer may also carry its own path -> source socket map (set_sockets),
 // chosen by path discovery for that destination: ECMP hashes the whole
 // 5-tuple, so the source ports that cover the fabric's paths differ from one
@@ -40,11 +48,15 @@ bool make_peer_key(const sockaddr_storage& address, uint16_t port, PeerKey& key)
 
 class PeerTable {
  public:
+  using Ip = std::array<uint8_t, 16>;
   // `family` is that of the local sockets (AF_INET or AF_INET6): destinations
-  // are kept in that form.
-  explicit PeerTable(int family) : family_(family) {}
+  // are kept in that form. `plane_masks[k - 1]` is plane k's mask (above);
+  // empty: one plane.
+  explicit PeerTable(int family, std::vector<Ip> plane_masks = {});
 
   // Thread-safe. Ids start at 1. Returns 0 for an address that is not IP.
+  // An address on plane k > 0 of a known peer is that peer; a new peer is
+  // added by its plane-0 address.
   transport::PeerId get_or_add(const sockaddr_storage& address);
 
   // The progress thread's lock-free copy.
@@ -52,9 +64,9 @@ class PeerTable {
    public:
     // 0 when the key is unknown.
     transport::PeerId lookup(const PeerKey& key) const;
-    // Destination of `peer`; null (and length 0) when unknown or of another
-    // family than the sockets.
-    const sockaddr_storage* destination(transport::PeerId peer, socklen_t& length) const;
+    // Where path `path` of `peer` is sent (its address on the path's plane);
+    // null (and length 0) when unknown or of another family than the sockets.
+    const sockaddr_storage* destination(transport::PeerId peer, uint16_t path, socklen_t& length) const;
     // The socket index path `path` of `peer` leaves through; `default_count`
     // is the number of default sockets (path % default_count without a map).
     uint16_t socket(transport::PeerId peer, uint16_t path, uint16_t default_count) const;
@@ -73,12 +85,14 @@ class PeerTable {
       uint16_t sockets_count;  // 0: default map
     };
     std::vector<uint16_t> sockets_;
-    std::vector<Destination> destinations_;  // index peer - 1
+    std::vector<Destination> destinations_;  // index (peer - 1) * planes_ + plane
+    uint16_t planes_ = 1;
     uint64_t version_ = 0;
     mutable PeerKey last_key_{};
     mutable transport::PeerId last_peer_ = 0;
   };
-  // Thread-safe. The destination `peer` was added with; false when unknown.
+  // Thread-safe. The destination `peer` was added with (its plane-0
+  // address); false when unknown.
   bool destination_of(transport::PeerId peer, sockaddr_storage& address) const;
 
   // Thread-safe. Path i of `peer` leaves through socket sockets[i % size]
@@ -92,13 +106,17 @@ class PeerTable {
   void refresh(View& view) const;
 
  private:
-  struct Entry {
+  struct Plane {
     PeerKey key;
     sockaddr_storage destination;
     socklen_t length;
+  };
+  struct Entry {
+    std::vector<Plane> planes;  // [0] is the address the peer was added with
     std::vector<uint16_t> sockets;
   };
   const int family_;
+  const std::vector<Ip> plane_masks_;
   mutable std::mutex mutex_;
   std::vector<Entry> entries_;  // index peer - 1
   std::atomic<uint64_t> version_{0};

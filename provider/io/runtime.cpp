@@ -188,8 +188,12 @@ class RuntimeImpl final : public Runtime {
   };
 
   bool open_home_socket(std::string& error);
-  // Opens a path socket on `port` (0: ephemeral); sockets_mutex_ held.
-  bool open_path_socket(uint16_t port, std::string& error);
+  // Opens a path socket on `port` (0: ephemeral) of plane `plane`'s
+  // address; sockets_mutex_ held.
+  bool open_path_socket(uint16_t port, uint16_t plane, std::string& error);
+  // The planes' masks for the peer table (peer_table.h); false with `error`
+  // for an invalid plane address.
+  bool plane_masks(std::vector<PeerTable::Ip>& masks, std::string& error) const;
   // Hands the backend the path sockets route_peer() added (progress thread).
   void sync_path_sockets(IoBackend& io);
   void run(std::promise<std::string>& started);
@@ -212,6 +216,8 @@ class RuntimeImpl final : public Runtime {
   mutable std::mutex sockets_mutex_;
   std::vector<Fd> paths_;
   std::vector<uint16_t> path_ports_;
+  std::vector<uint16_t> path_planes_;         // the plane of each path socket
+  std::vector<std::string> plane_addresses_;  // [0] is local_address
   std::atomic<uint64_t> sockets_version_{0};
   Fd event_fd_;
   // Armed by settle() for a deadline the progress thread must wake for;
@@ -261,12 +267,16 @@ bool RuntimeImpl::open_home_socket(std::string& error) {
     error = "invalid local address '" + options_.local_address + "'";
     return false;
   }
+  // Several planes: the home socket receives on every plane's address.
+  const std::string bind_address = plane_addresses_.size() == 1    ? options_.local_address
+                                   : address.ss_family == AF_INET6 ? "::"
+                                                                   : "0.0.0.0";
   auto try_port = [&](uint16_t port, int& bind_errno) {
     sockaddr_storage candidate{};
-    make_address(options_.local_address, port, candidate);
+    make_address(bind_address, port, candidate);
     home_ = open_udp_socket(candidate, options_.socket_buffer_bytes, error, bind_errno);
     if (!home_.valid()) return false;
-    local_ = candidate;
+    make_address(options_.local_address, port, local_);
     home_port_ = port;
     return true;
   };
@@ -283,9 +293,27 @@ bool RuntimeImpl::open_home_socket(std::string& error) {
   return false;
 }
 
-bool RuntimeImpl::open_path_socket(uint16_t port, std::string& error) {
+bool RuntimeImpl::plane_masks(std::vector<PeerTable::Ip>& masks, std::string& error) const {
+  PeerKey first;
+  make_peer_key(local_, 0, first);
+  for (size_t k = 1; k < plane_addresses_.size(); ++k) {
+    sockaddr_storage address{};
+    PeerKey key;
+    if (make_address(plane_addresses_[k], 0, address) == 0 || address.ss_family != local_.ss_family ||
+        !make_peer_key(address, 0, key) || key.ip == first.ip) {
+      error = "invalid plane " + std::to_string(k) + " address '" + plane_addresses_[k] +
+              "' (an IP literal of plane 0's family, not plane 0's own)";
+      return false;
+    }
+    PeerTable::Ip& mask = masks.emplace_back();
+    for (size_t b = 0; b < mask.size(); ++b) mask[b] = first.ip[b] ^ key.ip[b];
+  }
+  return true;
+}
+
+bool RuntimeImpl::open_path_socket(uint16_t port, uint16_t plane, std::string& error) {
   sockaddr_storage path_address{};
-  make_address(options_.local_address, port, path_address);
+  make_address(plane_addresses_[plane], port, path_address);
   int bind_errno = 0;
   Fd fd = open_udp_socket(path_address, options_.socket_buffer_bytes, error, bind_errno);
   if (!fd.valid()) {
@@ -297,6 +325,7 @@ bool RuntimeImpl::open_path_socket(uint16_t port, std::string& error) {
   ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &len);
   path_ports_.push_back(ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6&>(bound).sin6_port
                                                           : reinterpret_cast<sockaddr_in&>(bound).sin_port));
+  path_planes_.push_back(plane);
   paths_.push_back(std::move(fd));
   return true;
 }
@@ -310,26 +339,32 @@ bool RuntimeImpl::route_peer(transport::PeerId peer, const std::vector<uint16_t>
     error = "unknown peer " + std::to_string(peer);
     return false;
   }
+  // Path i leaves from map[i % map size]. With several planes the map has
+  // one entry per path, each socket bound on its path's plane.
+  const uint16_t planes = static_cast<uint16_t>(plane_addresses_.size());
+  const size_t entries = planes == 1 ? ports.size() : path_count_;
   std::vector<uint16_t> sockets;
   {
     std::lock_guard<std::mutex> lock(sockets_mutex_);
     const size_t before = paths_.size();
-    for (const uint16_t port : ports) {
-      const size_t index =
-          static_cast<size_t>(std::find(path_ports_.begin(), path_ports_.end(), port) - path_ports_.begin());
+    for (size_t i = 0; i < entries; ++i) {
+      const uint16_t port = ports[i % ports.size()];
+      const uint16_t plane = static_cast<uint16_t>(i % planes);
+      size_t index = 0;
+      while (index < path_ports_.size() && (path_ports_[index] != port || path_planes_[index] != plane)) ++index;
       if (index == path_ports_.size()) {
         if (paths_.size() >= kMaxPathSockets) {
           error = "more than " + std::to_string(kMaxPathSockets) + " path sockets";
           break;
         }
-        if (!open_path_socket(port, error)) break;
+        if (!open_path_socket(port, plane, error)) break;
       }
       sockets.push_back(static_cast<uint16_t>(index));
     }
     if (paths_.size() != before) sockets_version_.fetch_add(1, std::memory_order_release);
   }
   // Published after the sockets: a progress thread that sees the map sees them.
-  return sockets.size() == ports.size() && peers_->set_sockets(peer, std::move(sockets));
+  return sockets.size() == entries && peers_->set_sockets(peer, std::move(sockets));
 }
 
 uint16_t RuntimeImpl::source_port(transport::PeerId peer, uint16_t path) const {
@@ -356,8 +391,16 @@ bool RuntimeImpl::start(std::string& error) {
     error = "test_drop_probability must be in [0, 1]";
     return false;
   }
+  plane_addresses_.push_back(options_.local_address);
+  plane_addresses_.insert(plane_addresses_.end(), options_.plane_addresses.begin(), options_.plane_addresses.end());
+  if (plane_addresses_.size() > 64) {
+    error = std::to_string(plane_addresses_.size()) + " planes (at most 64)";
+    return false;
+  }
   if (!open_home_socket(error)) return false;
-  peers_ = std::make_unique<PeerTable>(local_.ss_family);
+  std::vector<PeerTable::Ip> masks;
+  if (!plane_masks(masks, error)) return false;
+  peers_ = std::make_unique<PeerTable>(local_.ss_family, std::move(masks));
   PeerKey local_key;
   if (make_peer_key(local_, 0, local_key)) local_gid_ = local_key.ip;
 
@@ -373,6 +416,12 @@ bool RuntimeImpl::start(std::string& error) {
   }
   config.pacing_burst_ns = options_.pacing_burst_ns;
   config.driver_releases_completions = true;  // see progress_loop
+  config.planes = static_cast<uint16_t>(plane_addresses_.size());
+  if (config.paths < config.planes) {
+    error =
+        std::to_string(config.planes) + " planes need at least as many paths (" + std::to_string(config.paths) + ")";
+    return false;
+  }
   engine_ = std::make_unique<transport::Endpoint>(config);
   engine_->memory().set_guarded_read(&guarded_read);
   path_count_ = std::max<uint16_t>(engine_->config().paths, 1);
@@ -384,7 +433,8 @@ bool RuntimeImpl::start(std::string& error) {
     return false;
   }
   for (uint16_t i = 0; i < path_count_; ++i) {
-    if (!open_path_socket(options_.path_source_ports.empty() ? 0 : options_.path_source_ports[i], error)) return false;
+    const uint16_t port = options_.path_source_ports.empty() ? 0 : options_.path_source_ports[i];
+    if (!open_path_socket(port, static_cast<uint16_t>(i % plane_addresses_.size()), error)) return false;
   }
   gro_ = options_.use_gro && enable_udp_gro(home_.get());
   gso_ = options_.use_gso && udp_gso_supported(paths_.front().get());

@@ -9,7 +9,8 @@
 //
 // Path sockets: `paths` default sockets (ephemeral ports, or the ports a
 // daemon leased), used by every peer unless route_peer() gave it its own
-// source ports (chosen by path discovery for that destination).
+// source ports (chosen by path discovery for that destination). Each path
+// socket belongs to one plane (RuntimeOptions::plane_addresses).
 //
 // Threading: the engine is not thread-safe; every access goes through
 // with_engine(), which holds the runtime's lock. The progress thread takes the
@@ -53,6 +54,12 @@ struct BackendConfig;
 struct RuntimeOptions {
   // Local IPv4 or IPv6 literal to bind every socket to (the device's address).
   std::string local_address = "127.0.0.1";
+  // A device over several planes (docs/spec.md 8.15): the addresses of planes
+  // 1.., of local_address's family (local_address is plane 0). Path p's
+  // socket binds plane p % planes's address, and peers are reached on each
+  // plane as peer_table.h says; the home socket then binds the wildcard
+  // address, so that it receives on every plane. Empty: one plane.
+  std::vector<std::string> plane_addresses;
   // Home port; 0 = the first free port in [home_port_first, home_port_first + home_port_count).
   uint16_t home_port = 0;
   uint16_t home_port_first = wire::kHomePortBase;

@@ -43,7 +43,7 @@ void TxBatch::build(const PeerTable::View& peers, uint16_t default_sockets, uint
     const Entry& head = entries_[head_index];
     const uint16_t socket = head.socket;
     socklen_t length = 0;
-    const sockaddr_storage* destination = peers.destination(head.peer, length);
+    const sockaddr_storage* destination = peers.destination(head.peer, head.path, length);
     if (destination == nullptr) {
       ++unroutable;
       ++k;

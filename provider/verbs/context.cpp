@@ -187,7 +187,12 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
   auto impl = std::make_unique<Context>();
   impl->device = dev;
   impl->vctx = &alloc->vctx;
-  if (o.mtu == 0) o.mtu = metaroce_payload_for_link_mtu(netdev_mtu(dev->ifindex), dev->address.ss_family == AF_INET6);
+  if (o.mtu == 0) {
+    // What fits every plane's netdev.
+    uint32_t link_mtu = netdev_mtu(dev->ifindex);
+    for (const Device::Plane& plane : dev->more_planes) link_mtu = std::min(link_mtu, netdev_mtu(plane.ifindex));
+    o.mtu = metaroce_payload_for_link_mtu(link_mtu, dev->address.ss_family == AF_INET6);
+  }
   impl->mtu = std::clamp<uint32_t>(o.mtu, 256, 65000);
   impl->active_mtu = static_cast<ibv_mtu>(metaroce_ib_mtu_not_above(impl->mtu));
   impl->profile = o.profile;
@@ -226,6 +231,20 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
     impl->kernel_events = std::make_unique<AsyncEventForwarder>(kernel_async_fd, fds[1]);
   alloc->vctx.context.num_comp_vectors = 1;
 
+  if (!dev->more_planes.empty()) {
+    std::vector<uint32_t> ifindexes{dev->ifindex};
+    for (const Device::Plane& plane : dev->more_planes) ifindexes.push_back(plane.ifindex);
+    io::Runtime* runtime = impl->runtime.get();
+    impl->plane_monitor = io::PlaneMonitor::start(
+        std::move(ifindexes),
+        [runtime](uint16_t plane, bool up) {
+          runtime->with_engine([&](transport::Endpoint& e, transport::Time now) { e.set_plane_up(now, plane, up); });
+        },
+        error);
+    // Without it a plane that fails is still drained, by its paths' timeouts.
+    if (!impl->plane_monitor) warn_once(dev->name + ": planes are not watched (" + error + ")");
+  }
+
   Context* raw = impl.release();
   alloc->impl = raw;
   verbs_set_ops(&alloc->vctx, &kContextOps);
@@ -242,6 +261,7 @@ void free_context(ibv_context* context) {
   Context* impl = alloc->impl;
   dump_stats(*impl);
   unwatch_at_exit(impl->runtime.get());
+  impl->plane_monitor.reset();  // its thread uses the runtime
   impl->daemon.reset();         // its thread uses the runtime
   impl->runtime.reset();        // stops the progress thread first
   impl->kernel_events.reset();  // writes to async_write_fd

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <mutex>
 #include <new>
 
@@ -105,6 +106,14 @@ void fill_identity(Device& d, uint32_t index) {
   std::memcpy(&d.guid_be, guid, 8);  // bytes already in network order
 }
 
+std::string address_text_of(const sockaddr_storage& address) {
+  char text[INET6_ADDRSTRLEN] = {};
+  if (address.ss_family == AF_INET)
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(address).sin_addr, text, sizeof text);
+  else inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(address).sin6_addr, text, sizeof text);
+  return text;
+}
+
 }  // namespace
 
 const verbs_device_ops kDeviceOps = {
@@ -142,12 +151,8 @@ bool resolve_kernel_device(Device& d) {
     errno = EADDRNOTAVAIL;
     return false;
   }
-  char text[INET6_ADDRSTRLEN] = {};
-  if (address.ss_family == AF_INET)
-    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in&>(address).sin_addr, text, sizeof text);
-  else inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6&>(address).sin6_addr, text, sizeof text);
   d.address = address;
-  d.address_text = text;
+  d.address_text = address_text_of(address);
   d.ifindex = ifindex;
   const uint64_t guid = d.guid_be;  // the kernel's, set from the context response
   fill_identity(d, 0);
@@ -214,25 +219,59 @@ bool resolve_address(const std::string& netdev_or_ip, sockaddr_storage& out, std
   return ok;
 }
 
+namespace {
+
+// "netdev_or_ip[,netdev_or_ip...]" resolved, one entry per plane; false
+// (errno EINVAL) for an empty item, more than kMaxDevicePlanes, planes of
+// different address families or one address named twice.
+bool resolve_planes(const std::string& spec, std::vector<Device::Plane>& planes) {
+  planes.clear();
+  size_t start = 0;
+  while (true) {
+    const size_t end = std::min(spec.find(',', start), spec.size());
+    Device::Plane plane;
+    if (end == start || planes.size() == kMaxDevicePlanes ||
+        !resolve_address(spec.substr(start, end - start), plane.address, plane.netdev, plane.ifindex)) {
+      if (end == start || planes.size() == kMaxDevicePlanes) errno = EINVAL;
+      return false;
+    }
+    plane.address_text = address_text_of(plane.address);
+    for (const Device::Plane& other : planes) {
+      if (other.address.ss_family != plane.address.ss_family || other.address_text == plane.address_text) {
+        errno = EINVAL;
+        return false;
+      }
+    }
+    planes.push_back(std::move(plane));
+    if (end == spec.size()) return true;
+    start = end + 1;
+  }
+}
+
+// The addresses of a device's planes, comma-separated.
+std::string planes_text(const std::string& first, const std::vector<Device::Plane>& more) {
+  std::string text = first;
+  for (const Device::Plane& p : more) text += "," + p.address_text;
+  return text;
+}
+
+}  // namespace
+
 Device* find_or_create_device(const char* name, const char* netdev_or_ip) {
   if (!name || !*name || std::strlen(name) >= IBV_SYSFS_NAME_MAX || !netdev_or_ip || !*netdev_or_ip) {
     errno = EINVAL;
     return nullptr;
   }
-  sockaddr_storage address{};
-  std::string netdev;
-  uint32_t ifindex = 0;
-  if (!resolve_address(netdev_or_ip, address, netdev, ifindex)) return nullptr;
-  char text[INET6_ADDRSTRLEN] = {};
-  if (address.ss_family == AF_INET)
-    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in&>(address).sin_addr, text, sizeof text);
-  else inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6&>(address).sin6_addr, text, sizeof text);
+  std::vector<Device::Plane> planes;
+  if (!resolve_planes(netdev_or_ip, planes)) return nullptr;
+  const std::vector<Device::Plane> more(std::make_move_iterator(planes.begin() + 1),
+                                        std::make_move_iterator(planes.end()));
 
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   for (Device* d : r.devices) {
     if (d->name != name) continue;
-    if (d->address_text != text) {
+    if (planes_text(d->address_text, d->more_planes) != planes_text(planes.front().address_text, more)) {
       errno = EEXIST;
       return nullptr;
     }
@@ -240,10 +279,11 @@ Device* find_or_create_device(const char* name, const char* netdev_or_ip) {
   }
   auto* d = new Device;
   d->name = name;
-  d->netdev = netdev;
-  d->address_text = text;
-  d->address = address;
-  d->ifindex = ifindex;
+  d->netdev = planes.front().netdev;
+  d->address_text = planes.front().address_text;
+  d->address = planes.front().address;
+  d->ifindex = planes.front().ifindex;
+  d->more_planes = more;
   fill_identity(*d, static_cast<uint32_t>(r.devices.size()));
   ibv_device& dev = d->vdev.device;
   dev.node_type = IBV_NODE_CA;
@@ -286,7 +326,8 @@ ibv_device** metaroce_dv_get_device_list(const metaroce_dv_device_spec* specs, i
       wanted.emplace_back(specs[i].name, specs[i].netdev_or_ip);
     }
   } else if (const char* env = std::getenv("METAROCE_DEVICES")) {
-    // name=netdev_or_ip[,name=netdev_or_ip...]
+    // name=netdev_or_ip[,netdev_or_ip...][,name=...]: an item without '='
+    // is a further plane of the device before it.
     std::string list = env;
     size_t start = 0;
     while (start <= list.size()) {
@@ -296,6 +337,10 @@ ibv_device** metaroce_dv_get_device_list(const metaroce_dv_device_spec* specs, i
       start = end + 1;
       if (item.empty()) continue;
       const size_t eq = item.find('=');
+      if (eq == std::string::npos && !wanted.empty()) {
+        wanted.back().second += "," + item;
+        continue;
+      }
       if (eq == std::string::npos || eq == 0 || eq + 1 == item.size()) {
         errno = EINVAL;
         return nullptr;

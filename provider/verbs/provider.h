@@ -29,6 +29,7 @@
 #include "metaroce/metaroce_dv.h"
 #include "metaroce/qp_rules.h"
 #include "metaroce/wire.h"
+#include "plane_monitor.h"
 #include "runtime.h"
 
 namespace metaroce::verbs {
@@ -81,7 +82,19 @@ struct Device {
   bool kernel = false;
   bool resolved = false;
   std::mutex kernel_mutex;
+  // Planes 1.. of a device opened over several netdevs ("eth0,eth1"; plane 0
+  // is the fields above). docs/verbs.md, "Planes".
+  struct Plane {
+    std::string netdev;
+    std::string address_text;
+    sockaddr_storage address{};
+    uint32_t ifindex = 0;
+  };
+  std::vector<Plane> more_planes;
 };
+
+// The most netdevs (planes) one device is opened over.
+inline constexpr size_t kMaxDevicePlanes = 8;
 
 // Resolves a kernel device's netdev into its address (once; errno set on
 // failure). Kernel-less devices are resolved when they are made.
@@ -194,6 +207,7 @@ struct Qp {
   Srq* srq = nullptr;
   EventCounts events;
   uint32_t qpn = 0;
+  transport::PeerId peer = 0;  // RC: the peer since RTR (0 before)
   uint32_t kernel_handle = 0;  // kernel devices: the uverbs handle
   Cq* send_cq = nullptr;
   Cq* recv_cq = nullptr;
@@ -227,6 +241,9 @@ struct Context {
   // The link to metaroced (null without one); its thread uses `runtime`, so
   // it is destroyed first.
   std::unique_ptr<DaemonClient> daemon;
+  // Reports plane netdevs going down and up to the engine (a device over
+  // several planes only); uses `runtime`, so it is destroyed first.
+  std::unique_ptr<io::PlaneMonitor> plane_monitor;
   uint16_t home_port = 0;
   uint32_t mtu = 0;                   // payload bytes per data packet (what fits the netdev's MTU, or METAROCE_MTU)
   ibv_mtu active_mtu = IBV_MTU_1024;  // the largest IB MTU not above mtu

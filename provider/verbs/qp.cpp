@@ -333,12 +333,14 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     }
   }
   const transport::PostResult r = ctx->engine([&](transport::Endpoint& e) { return e.modify_qp(qp->qpn, modify); });
+  if (r == transport::PostResult::Ok && modify.peer != 0) qp->peer = modify.peer;
   if (r == transport::PostResult::Ok && next == IBV_QPS_RESET) {
     const ibv_qp_cap cap = qp->cap;
     qp->attr = ibv_qp_attr{};
     qp->attr.cap = cap;
     qp->attr.port_num = 1;
     qp->attr.path_mtu = ctx->active_mtu;
+    qp->peer = 0;
   }
   if (r != transport::PostResult::Ok) {
     qp->attr = previous;

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -50,6 +51,14 @@ uint64_t netdev_speed_bps(uint32_t ifindex) {
   return ok && mbps > 0 ? uint64_t(mbps) * 1'000'000 : 0;
 }
 
+// `paths` rounded up to a multiple of the device's planes (so that every
+// plane gets as many), at most wire::kMaxPaths.
+uint16_t paths_for_planes(size_t paths, const Device& device) {
+  const size_t planes = device.more_planes.size() + 1;
+  return static_cast<uint16_t>(
+      std::min<size_t>((std::max<size_t>(paths, 1) + planes - 1) / planes * planes, wire::kMaxPaths / planes * planes));
+}
+
 // Creates the runtime on the home port and source ports metaroced leases;
 // null (and `daemon` reset) when there is no daemon or its lease fails.
 std::unique_ptr<io::Runtime> start_with_daemon(const Device& device, const Options& o, io::RuntimeOptions ro,
@@ -78,7 +87,11 @@ std::unique_ptr<io::Runtime> start_with_daemon(const Device& device, const Optio
     ro.test_seed = test_seed_for(o, ro.home_port);
     ro.path_source_ports = lease->source_ports;
     ro.endpoint.security = lease->security;
-    if (!o.paths_explicit) ro.endpoint.paths = static_cast<uint16_t>(lease->source_ports.size());
+    if (!o.paths_explicit) ro.endpoint.paths = paths_for_planes(lease->source_ports.size(), device);
+    // Path i binds port i % leased on plane i % planes: a port number is
+    // used once per plane's address.
+    for (size_t i = lease->source_ports.size(); !lease->source_ports.empty() && i < ro.endpoint.paths; ++i)
+      ro.path_source_ports.push_back(lease->source_ports[i % lease->source_ports.size()]);
     if (!o.busy_poll_explicit && lease->busy_poll_us) ro.busy_poll_ns = uint64_t{*lease->busy_poll_us} * 1000;
     ctl::apply_policy(lease->policy, ro.endpoint.cc);
     if (lease->policy.rate_hint_utilization) ro.endpoint.rate_hint_utilization = *lease->policy.rate_hint_utilization;
@@ -118,12 +131,13 @@ std::unique_ptr<io::Runtime> start_runtime(const Device& device, const Options& 
                                            std::unique_ptr<DaemonClient>& daemon, std::string& error) {
   io::RuntimeOptions ro;
   ro.local_address = device.address_text;
+  for (const Device::Plane& plane : device.more_planes) ro.plane_addresses.push_back(plane.address_text);
   ro.allow_io_uring = o.io_uring;
   ro.inline_transmit = o.inline_transmit;
   ro.busy_poll_ns = o.busy_poll_ns;
   ro.test_drop_probability = o.test_loss;
   ro.endpoint.profile = o.profile;
-  ro.endpoint.paths = o.paths;
+  ro.endpoint.paths = paths_for_planes(o.paths, device);
   ro.endpoint.mtu = o.mtu;
   ro.endpoint.max_qps = kMaxQpsPerContext;
   ro.endpoint.max_outstanding_messages = kMaxQpWr;
@@ -132,9 +146,10 @@ std::unique_ptr<io::Runtime> start_runtime(const Device& device, const Options& 
   ro.endpoint.ack_delay_ns = o.ack_delay_ns;
   ro.endpoint.min_rto_ns = o.min_rto_ns;
   if (const uint64_t link = o.link_bps ? o.link_bps : netdev_speed_bps(device.ifindex)) {
-    // Every path can carry the whole link, and everything arrives through it.
+    // Every path can carry its plane's whole link, and everything arrives
+    // through the planes' links.
     ro.endpoint.path_rate_bps = link;
-    ro.endpoint.inbound_capacity_bps = link;
+    ro.endpoint.inbound_capacity_bps = link * (device.more_planes.size() + 1);
   }
   // A home port the caller chose is theirs: no daemon then. One the kernel
   // chose is leased as it is.

@@ -686,6 +686,92 @@ TEST(IoRuntime, BadOptionsAreRejected) {
   o.test_drop_probability = 1.5;
   EXPECT_EQ(Runtime::create(o, error), nullptr);
   EXPECT_FALSE(error.empty());
+  // A plane's address: an IP of plane 0's family other than plane 0's own.
+  for (const char* plane : {"eth1", "::1", "127.0.0.1"}) {
+    o = test_options(false, true);
+    o.plane_addresses = {plane};
+    EXPECT_EQ(Runtime::create(o, error), nullptr) << plane;
+    EXPECT_THAT(error, testing::HasSubstr("plane 1 address")) << plane;
+  }
+  o = test_options(false, true);
+  o.plane_addresses = {"127.0.0.2"};
+  o.endpoint.paths = 1;
+  EXPECT_EQ(Runtime::create(o, error), nullptr);
+  EXPECT_THAT(error, testing::HasSubstr("2 planes need at least as many paths"));
+}
+
+// --- planes --------------------------------------------------------------------
+
+// The sending side of a's paths to its peer (peer 1).
+std::vector<transport::PathSnapshot> paths_of(Side& a) {
+  return a.runtime->with_engine([](Endpoint& e, Time) { return e.path_snapshots(1); });
+}
+
+uint64_t plane_packets(const std::vector<transport::PathSnapshot>& paths, uint16_t plane) {
+  uint64_t packets = 0;
+  for (const transport::PathSnapshot& p : paths)
+    if (p.plane == plane) packets += p.packets_sent;
+  return packets;
+}
+
+bool all_active(Side& a) {
+  for (const transport::PathSnapshot& p : paths_of(a))
+    if (p.health != transport::PathHealth::Active) return false;
+  return true;
+}
+
+// Two devices over two planes each, on loopback addresses numbered in
+// parallel (127.0.95.x on plane 0, 127.0.96.x on plane 1): one connection
+// spreads over both, keeps its data intact when plane 1 goes down, and uses
+// plane 1 again once it is back.
+TEST(IoRuntime, TwoPlanesCarryOneConnectionAndSurviveOneGoingDown) {
+  Pair p;
+  const size_t bytes = 16 * kMiB;
+  RuntimeOptions oa = test_options(true, true);
+  RuntimeOptions ob = oa;
+  oa.local_address = "127.0.95.1";
+  oa.plane_addresses = {"127.0.96.1"};
+  ob.local_address = "127.0.95.2";
+  ob.plane_addresses = {"127.0.96.2"};
+  make_pair(p, oa, ob, bytes);
+  if (::testing::Test::HasFatalFailure()) return;
+
+  TransferResult r = transfer(p.a, p.b, p.waiter, bytes, kMiB, 21);
+  EXPECT_EQ(r.successes, bytes / kMiB);
+  EXPECT_TRUE(r.intact);
+  std::vector<transport::PathSnapshot> paths = paths_of(p.a);
+  ASSERT_EQ(paths.size(), 4u);
+  for (const transport::PathSnapshot& path : paths) {
+    EXPECT_EQ(path.plane, path.path_id % 2);
+    EXPECT_GT(path.packets_sent, 0u) << "path " << path.path_id;
+    // Its datagrams were accepted as the peer's on either plane (dropped as a
+    // stranger's, its packets would have timed out and failed the path).
+    EXPECT_EQ(path.health, transport::PathHealth::Active) << "path " << path.path_id;
+  }
+  const uint64_t plane1_before = plane_packets(paths, 1);
+
+  // Plane 1 goes down on a's side: its paths are drained, nothing more is
+  // sent on it, and the transfer completes on plane 0.
+  p.a.runtime->with_engine([](Endpoint& e, Time now) { e.set_plane_up(now, 1, false); });
+  r = transfer(p.a, p.b, p.waiter, bytes, kMiB, 22);
+  EXPECT_EQ(r.successes, bytes / kMiB);
+  EXPECT_TRUE(r.intact);
+  EXPECT_EQ(r.sender.plane_drains, 2u);
+  paths = paths_of(p.a);
+  EXPECT_EQ(plane_packets(paths, 1), plane1_before);
+  for (const transport::PathSnapshot& path : paths) {
+    if (path.plane == 1) {
+      EXPECT_EQ(path.health, transport::PathHealth::Failed) << "path " << path.path_id;
+    }
+  }
+
+  // Back up: its paths are probed, become active and carry data again.
+  p.a.runtime->with_engine([](Endpoint& e, Time now) { e.set_plane_up(now, 1, true); });
+  ASSERT_TRUE(eventually([&] { return all_active(p.a); }));
+  r = transfer(p.a, p.b, p.waiter, bytes, kMiB, 23);
+  EXPECT_EQ(r.successes, bytes / kMiB);
+  EXPECT_TRUE(r.intact);
+  EXPECT_GT(plane_packets(paths_of(p.a), 1), plane1_before);
 }
 
 sockaddr_storage loopback(uint16_t port) {

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -230,11 +231,11 @@ TEST(PeerTableTest, LookupsAndDestinations) {
   ASSERT_TRUE(make_peer_key(v4("10.0.0.2", 0), 4793, key));
   EXPECT_EQ(view.lookup(key), 0u);
   socklen_t length = 0;
-  const sockaddr_storage* d = view.destination(2, length);
+  const sockaddr_storage* d = view.destination(2, 0, length);
   ASSERT_NE(d, nullptr);
   EXPECT_EQ(length, sizeof(sockaddr_in));
   EXPECT_EQ(ntohs(reinterpret_cast<const sockaddr_in*>(d)->sin_port), 4793);
-  EXPECT_EQ(view.destination(3, length), nullptr);
+  EXPECT_EQ(view.destination(3, 0, length), nullptr);
   // An IPv6 peer cannot be reached from IPv4 sockets.
   sockaddr_storage s6{};
   auto& a6 = reinterpret_cast<sockaddr_in6&>(s6);
@@ -243,7 +244,49 @@ TEST(PeerTableTest, LookupsAndDestinations) {
   inet_pton(AF_INET6, "2001:db8::1", &a6.sin6_addr);
   const transport::PeerId six = table.get_or_add(s6);
   table.refresh(view);
-  EXPECT_EQ(view.destination(six, length), nullptr);
+  EXPECT_EQ(view.destination(six, 0, length), nullptr);
+}
+
+// Two planes, numbered in parallel (10.77.x.y on plane 0, 10.78.x.y on
+// plane 1): a peer added by its plane-0 address is reached on plane 1 at
+// 10.78.x.y, and datagrams from either address are that peer's.
+TEST(PeerTableTest, PlanesMapOnePeerToOneAddressPerPlane) {
+  PeerKey local0;
+  PeerKey local1;
+  ASSERT_TRUE(make_peer_key(v4("10.77.10.2", 0), 0, local0));
+  ASSERT_TRUE(make_peer_key(v4("10.78.10.2", 0), 0, local1));
+  PeerTable::Ip mask{};
+  for (size_t b = 0; b < mask.size(); ++b) mask[b] = local0.ip[b] ^ local1.ip[b];
+  PeerTable table(AF_INET, {mask});
+  PeerTable::View view;
+  const transport::PeerId peer = table.get_or_add(v4("10.77.11.2", 4792));
+  ASSERT_NE(peer, 0u);
+  // Named by its plane-1 address it is the same peer, not a new one.
+  EXPECT_EQ(table.get_or_add(v4("10.78.11.2", 4792)), peer);
+  EXPECT_NE(table.get_or_add(v4("10.78.11.2", 4793)), peer);
+  table.refresh(view);
+  PeerKey key;
+  ASSERT_TRUE(make_peer_key(v4("10.78.11.2", 1234), 4792, key));
+  EXPECT_EQ(view.lookup(key), peer);
+  ASSERT_TRUE(make_peer_key(v4("10.77.11.2", 1234), 4792, key));
+  EXPECT_EQ(view.lookup(key), peer);
+  ASSERT_TRUE(make_peer_key(v4("10.79.11.2", 1234), 4792, key));
+  EXPECT_EQ(view.lookup(key), 0u);
+  auto ip_of = [](const sockaddr_storage* d) {
+    char text[INET_ADDRSTRLEN] = {};
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(d)->sin_addr, text, sizeof text);
+    return std::string(text);
+  };
+  socklen_t length = 0;
+  for (uint16_t path = 0; path < 4; ++path) {
+    const sockaddr_storage* d = view.destination(peer, path, length);
+    ASSERT_NE(d, nullptr);
+    EXPECT_EQ(ip_of(d), path % 2 == 0 ? "10.77.11.2" : "10.78.11.2") << "path " << path;
+    EXPECT_EQ(ntohs(reinterpret_cast<const sockaddr_in*>(d)->sin_port), 4792);
+  }
+  sockaddr_storage first{};
+  ASSERT_TRUE(table.destination_of(peer, first));
+  EXPECT_EQ(ip_of(&first), "10.77.11.2");
 }
 
 }  // namespace

@@ -105,8 +105,8 @@ struct Side {
   }
 };
 
-void open_side(Side& s, bool with_channel = false) {
-  s.ctx = metaroce_dv_open_device(kDevice, kAddress, nullptr);
+void open_side(Side& s, bool with_channel = false, const char* device = kDevice, const char* address = kAddress) {
+  s.ctx = metaroce_dv_open_device(device, address, nullptr);
   ASSERT_NE(s.ctx, nullptr) << std::strerror(errno);
   s.pd = ibv_alloc_pd(s.ctx);
   ASSERT_NE(s.pd, nullptr);
@@ -253,6 +253,92 @@ TEST(VerbsDevices, DeviceListAndIdentity) {
   EXPECT_LT(port, metaroce::wire::kHomePortBase + metaroce::wire::kHomePortCount);
   EXPECT_EQ(ibv_close_device(ctx), 0);
   metaroce_dv_free_device_list(list);
+}
+
+TEST(VerbsDevices, PlanesAreValidated) {
+  // One family, distinct addresses, no empty item, at most 8.
+  for (const char* spec : {"127.0.0.1,::1", "127.0.0.1,127.0.0.1", "127.0.0.1,", ",127.0.0.1",
+                           "127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4,127.0.0.5,127.0.0.6,127.0.0.7,127.0.0.8,127.0.0.9",
+                           "127.0.0.1,no-such-interface0"}) {
+    metaroce_dv_device_spec bad = {"mrplanesbad", spec};
+    EXPECT_EQ(metaroce_dv_get_device_list(&bad, 1, nullptr), nullptr) << spec;
+    EXPECT_EQ(errno, EINVAL) << spec;
+  }
+  // METAROCE_DEVICES: an item without '=' is a further plane of the device before it.
+  ASSERT_EQ(setenv("METAROCE_DEVICES", "mrenv0=127.0.0.1,127.0.2.1,mrenv1=127.0.0.1", 1), 0);
+  int n = 0;
+  ibv_device** list = metaroce_dv_get_device_list(nullptr, 0, &n);
+  ASSERT_EQ(unsetenv("METAROCE_DEVICES"), 0);
+  ASSERT_NE(list, nullptr);
+  ASSERT_EQ(n, 2);
+  ibv_context* ctx = ibv_open_device(list[0]);
+  ASSERT_NE(ctx, nullptr);
+  metaroce_dv_plane planes[4]{};
+  ASSERT_EQ(metaroce_dv_query_planes(ctx, planes, 4), 2);
+  EXPECT_STREQ(planes[0].address, "127.0.0.1");
+  EXPECT_STREQ(planes[1].address, "127.0.2.1");
+  EXPECT_EQ(planes[1].up, 1u);
+  EXPECT_EQ(ibv_close_device(ctx), 0);
+  ctx = ibv_open_device(list[1]);
+  ASSERT_NE(ctx, nullptr);
+  EXPECT_EQ(metaroce_dv_query_planes(ctx, nullptr, 0), 1);
+  EXPECT_EQ(metaroce_dv_query_planes(ctx, nullptr, -1), -1);
+  EXPECT_EQ(ibv_close_device(ctx), 0);
+  metaroce_dv_free_device_list(list);
+}
+
+// One device over two planes (loopback addresses numbered in parallel): an
+// RC connection between two of its contexts spreads over both planes, and
+// the planes' and paths' statistics say so.
+TEST(VerbsDevices, TwoPlaneDeviceSpreadsAConnectionOverBoth) {
+  constexpr const char* kPlanes = "127.0.0.1,127.0.4.1";
+  Side a, b;
+  ASSERT_NO_FATAL_FAILURE(open_side(a, false, "mrplanes", kPlanes));
+  ASSERT_NO_FATAL_FAILURE(open_side(b, false, "mrplanes", kPlanes));
+  ibv_qp* qa = make_qp(a);
+  ibv_qp* qb = make_qp(b);
+  ASSERT_TRUE(qa && qb);
+  metaroce_dv_path none[1];
+  EXPECT_EQ(metaroce_dv_query_paths(qa, none, 1), 0);  // not connected yet
+  ASSERT_NO_FATAL_FAILURE(connect(qa, a, qb, b));
+  constexpr size_t kSize = 4 << 20;
+  Buffer& src = a.buffer(kSize);
+  Buffer& dst = b.buffer(kSize);
+  fill(src, 5);
+  ibv_sge s = sge(src, 0, kSize);
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  wr.wr.rdma.remote_addr = dst.addr();
+  wr.wr.rdma.rkey = dst.mr->rkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(qa, &wr, &bad), 0);
+  const auto wc = wait_wc(a.scq, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(src.bytes, dst.bytes);
+
+  metaroce_dv_path paths[64];
+  const int count = metaroce_dv_query_paths(qa, paths, 64);
+  ASSERT_EQ(count, 4);  // the default 4 paths, 2 per plane
+  uint64_t plane_packets[2] = {0, 0};
+  for (int i = 0; i < count; ++i) {
+    EXPECT_EQ(paths[i].path, i);
+    EXPECT_EQ(paths[i].plane, i % 2);
+    EXPECT_EQ(paths[i].health, uint32_t{METAROCE_DV_PATH_ACTIVE});
+    plane_packets[paths[i].plane] += paths[i].packets_sent;
+  }
+  metaroce_dv_plane planes[2];
+  ASSERT_EQ(metaroce_dv_query_planes(a.ctx, planes, 2), 2);
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(planes[k].up, 1u);
+    EXPECT_EQ(planes[k].paths, 2u);
+    EXPECT_EQ(planes[k].active_paths, 2u);
+    EXPECT_GT(planes[k].packets_sent, 0u) << "plane " << k;
+    EXPECT_EQ(planes[k].packets_sent, plane_packets[k]) << "plane " << k;
+  }
+  EXPECT_GE(planes[0].bytes_sent + planes[1].bytes_sent, kSize);
 }
 
 TEST(VerbsDevices, OptionsAreValidated) {
