@@ -203,6 +203,20 @@ int post_recv(ibv_qp* qp, uint64_t wr_id, std::vector<ibv_sge> sges) {
 
 ibv_sge sge(Buffer& b, size_t offset, uint32_t length) { return ibv_sge{b.addr() + offset, length, b.mr->lkey}; }
 
+// Posts one RDMA WRITE or READ between `local` and `remote` at remote_offset.
+int post_rdma(ibv_qp* qp, ibv_wr_opcode opcode, ibv_sge local, Buffer& remote, uint64_t wr_id = 0,
+              uint64_t remote_offset = 0) {
+  ibv_send_wr wr{};
+  wr.wr_id = wr_id;
+  wr.opcode = opcode;
+  wr.sg_list = &local;
+  wr.num_sge = 1;
+  wr.wr.rdma.remote_addr = remote.addr() + remote_offset;
+  wr.wr.rdma.rkey = remote.mr->rkey;
+  ibv_send_wr* bad = nullptr;
+  return ibv_post_send(qp, &wr, &bad);
+}
+
 void fill(Buffer& b, uint8_t seed) {
   for (size_t i = 0; i < b.bytes.size(); ++i) b.bytes[i] = static_cast<uint8_t>(seed + i * 7 + (i >> 8));
 }
@@ -305,15 +319,7 @@ TEST(VerbsDevices, TwoPlaneDeviceSpreadsAConnectionOverBoth) {
   Buffer& src = a.buffer(kSize);
   Buffer& dst = b.buffer(kSize);
   fill(src, 5);
-  ibv_sge s = sge(src, 0, kSize);
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.sg_list = &s;
-  wr.num_sge = 1;
-  wr.wr.rdma.remote_addr = dst.addr();
-  wr.wr.rdma.rkey = dst.mr->rkey;
-  ibv_send_wr* bad = nullptr;
-  ASSERT_EQ(ibv_post_send(qa, &wr, &bad), 0);
+  ASSERT_EQ(post_rdma(qa, IBV_WR_RDMA_WRITE, sge(src, 0, kSize), dst), 0);
   const auto wc = wait_wc(a.scq, 1);
   ASSERT_EQ(wc.size(), 1u);
   EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
@@ -520,16 +526,7 @@ TEST_F(VerbsTest, RdmaRead) {
   Buffer& remote = b.buffer(kSize);
   Buffer& local = a.buffer(kSize);
   fill(remote, 21);
-  ibv_sge s = sge(local, 0, kSize);
-  ibv_send_wr wr{};
-  wr.wr_id = 7;
-  wr.opcode = IBV_WR_RDMA_READ;
-  wr.sg_list = &s;
-  wr.num_sge = 1;
-  wr.wr.rdma.remote_addr = remote.addr();
-  wr.wr.rdma.rkey = remote.mr->rkey;
-  ibv_send_wr* bad = nullptr;
-  ASSERT_EQ(ibv_post_send(qa, &wr, &bad), 0);
+  ASSERT_EQ(post_rdma(qa, IBV_WR_RDMA_READ, sge(local, 0, kSize), remote, 7), 0);
   const auto sw = wait_wc(a.scq, 1);
   ASSERT_EQ(sw.size(), 1u);
   EXPECT_EQ(sw[0].status, IBV_WC_SUCCESS);
@@ -782,16 +779,8 @@ TEST_F(VerbsTest, BadLkeyIsALocalProtectionError) {
   pair();
   Buffer& src = a.buffer(64);
   Buffer& dst = b.buffer(64);
-  ibv_sge s{src.addr(), 64, src.mr->lkey + 0x1000};
-  ibv_send_wr wr{};
-  wr.wr_id = 99;
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.sg_list = &s;
-  wr.num_sge = 1;
-  wr.wr.rdma.remote_addr = dst.addr();
-  wr.wr.rdma.rkey = dst.mr->rkey;
-  ibv_send_wr* bad = nullptr;
-  ASSERT_EQ(ibv_post_send(qa, &wr, &bad), 0);  // reported as a completion, not at post
+  // Reported as a completion, not at post.
+  ASSERT_EQ(post_rdma(qa, IBV_WR_RDMA_WRITE, ibv_sge{src.addr(), 64, src.mr->lkey + 0x1000}, dst, 99), 0);
   auto sw = wait_wc(a.scq, 1);
   ASSERT_EQ(sw.size(), 1u);
   EXPECT_EQ(sw[0].wr_id, 99u);
@@ -802,9 +791,7 @@ TEST_F(VerbsTest, BadLkeyIsALocalProtectionError) {
   ibv_qp_init_attr init{};
   ASSERT_EQ(ibv_query_qp(qa, &attr, IBV_QP_STATE, &init), 0);
   EXPECT_EQ(attr.qp_state, IBV_QPS_ERR);
-  s.lkey = src.mr->lkey;
-  wr.wr_id = 100;
-  ASSERT_EQ(ibv_post_send(qa, &wr, &bad), 0);
+  ASSERT_EQ(post_rdma(qa, IBV_WR_RDMA_WRITE, sge(src, 0, 64), dst, 100), 0);
   sw = wait_wc(a.scq, 1);
   ASSERT_EQ(sw.size(), 1u);
   EXPECT_EQ(sw[0].wr_id, 100u);
@@ -815,16 +802,7 @@ TEST_F(VerbsTest, RemoteAccessErrors) {
   pair();
   Buffer& src = a.buffer(4096);
   Buffer& readonly = b.buffer(4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
-  ibv_sge s = sge(src, 0, 64);
-  ibv_send_wr wr{};
-  wr.wr_id = 1;
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.sg_list = &s;
-  wr.num_sge = 1;
-  wr.wr.rdma.remote_addr = readonly.addr();
-  wr.wr.rdma.rkey = readonly.mr->rkey;
-  ibv_send_wr* bad = nullptr;
-  ASSERT_EQ(ibv_post_send(qa, &wr, &bad), 0);
+  ASSERT_EQ(post_rdma(qa, IBV_WR_RDMA_WRITE, sge(src, 0, 64), readonly, 1), 0);
   auto sw = wait_wc(a.scq, 1);
   ASSERT_EQ(sw.size(), 1u);
   EXPECT_EQ(sw[0].status, IBV_WC_REM_ACCESS_ERR);
@@ -833,11 +811,7 @@ TEST_F(VerbsTest, RemoteAccessErrors) {
   qa = make_qp(a);
   qb = make_qp(b);
   ASSERT_NO_FATAL_FAILURE(connect(qa, a, qb, b));
-  wr.opcode = IBV_WR_RDMA_READ;
-  wr.wr_id = 2;
-  s = sge(src, 0, 128);
-  wr.wr.rdma.remote_addr = readonly.addr() + 4096 - 64;
-  ASSERT_EQ(ibv_post_send(qa, &wr, &bad), 0);
+  ASSERT_EQ(post_rdma(qa, IBV_WR_RDMA_READ, sge(src, 0, 128), readonly, 2, 4096 - 64), 0);
   sw = wait_wc(a.scq, 1);
   ASSERT_EQ(sw.size(), 1u);
   EXPECT_EQ(sw[0].wr_id, 2u);
@@ -1117,15 +1091,8 @@ TEST_F(VerbsTest, QpThatFailsReportsQpFatal) {
   pair();
   Buffer& src = a.buffer(64);
   Buffer& dst = b.buffer(64);
-  ibv_sge s{src.addr(), 64, src.mr->lkey + 0x1000};  // a bad lkey fails the QP
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.sg_list = &s;
-  wr.num_sge = 1;
-  wr.wr.rdma.remote_addr = dst.addr();
-  wr.wr.rdma.rkey = dst.mr->rkey;
-  ibv_send_wr* bad = nullptr;
-  ASSERT_EQ(ibv_post_send(qa, &wr, &bad), 0);
+  // A bad lkey fails the QP.
+  ASSERT_EQ(post_rdma(qa, IBV_WR_RDMA_WRITE, ibv_sge{src.addr(), 64, src.mr->lkey + 0x1000}, dst), 0);
   ASSERT_EQ(wait_wc(a.scq, 1).size(), 1u);
   ibv_async_event event{};
   ASSERT_TRUE(next_async_event(a.ctx, event));
