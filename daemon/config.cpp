@@ -105,6 +105,23 @@ bool valid_netdev_name(const std::string& name) {
   return true;
 }
 
+// `t`'s "planes": an array of netdev names, appended to `out`.
+void read_netdevs(Reader& r, const toml::table& t, std::vector<std::string>& out) {
+  const toml::node* planes = t.get("planes");
+  if (!planes) return;
+  if (!planes->is_array()) {
+    r.error(planes, "'planes' must be an array of netdev names");
+    return;
+  }
+  for (const toml::node& p : *planes->as_array()) {
+    if (!p.is_string() || !valid_netdev_name(p.as_string()->get())) {
+      r.error(&p, "'planes' entries must be netdev names (1-15 bytes, no '/', ':' or spaces)");
+      continue;
+    }
+    out.push_back(p.as_string()->get());
+  }
+}
+
 void read_policy(Reader& r, const toml::table& t, std::string_view where, ctl::Policy& p) {
   r.check_keys(t, where,
                {"ecn_gain", "additive_increase_bytes", "target_delay_us", "delay_backoff", "min_window_bytes",
@@ -157,19 +174,7 @@ void read(Reader& r, const toml::table& root, Config& c) {
     if (t->get("socket") && (c.socket_path.empty() || c.socket_path[0] != '/' || c.socket_path.size() > 107))
       r.error(t->get("socket"), "socket must be an absolute path of at most 107 bytes");
     r.integer(*t, "stats_interval_ms", 0, 3'600'000, c.stats_interval_ms);
-    if (const toml::node* planes = t->get("planes")) {
-      if (!planes->is_array()) {
-        r.error(planes, "'planes' must be an array of netdev names");
-      } else {
-        for (const toml::node& p : *planes->as_array()) {
-          if (!p.is_string() || !valid_netdev_name(p.as_string()->get())) {
-            r.error(&p, "'planes' entries must be netdev names (1-15 bytes, no '/', ':' or spaces)");
-            continue;
-          }
-          c.planes.push_back(p.as_string()->get());
-        }
-      }
-    }
+    read_netdevs(r, *t, c.planes);
   }
   if (const toml::table* t = r.table(root, "ports")) {
     r.check_keys(*t, "ports",
@@ -214,8 +219,15 @@ void read(Reader& r, const toml::table& root, Config& c) {
   }
   read_named_tables(r, root, "devices", "an RDMA device, e.g. [devices.mr0]", 63,
                     [&](const std::string& name, const toml::table& d) {
-                      r.check_keys(d, "devices." + name, {"busy_poll_us"});
+                      r.check_keys(d, "devices." + name, {"busy_poll_us", "planes"});
                       r.integer(d, "busy_poll_us", 0, ctl::kMaxBusyPollUs, c.devices[name].busy_poll_us);
+                      std::vector<std::string>& planes = c.devices[name].planes;
+                      read_netdevs(r, d, planes);
+                      if (planes.size() > ctl::kMaxPlanes)
+                        r.error(d.get("planes"), "a device has at most " + std::to_string(ctl::kMaxPlanes) + " planes");
+                      for (size_t i = 0; i < planes.size(); ++i)
+                        if (std::find(planes.begin(), planes.begin() + i, planes[i]) != planes.begin() + i)
+                          r.error(d.get("planes"), "'planes' names " + planes[i] + " twice");
                     });
   read_named_tables(r, root, "congestion", "a traffic class", 64, [&](const std::string& name, const toml::table& t) {
     read_policy(r, t, "congestion." + name, c.classes[name]);

@@ -47,6 +47,10 @@ struct DeviceConfig {
   // The provider's progress thread polls without sleeping this long after
   // its last work (METAROCE_BUSY_POLL_US, which overrides it).
   std::optional<uint32_t> busy_poll_us;
+  // The device's network planes, one netdev each (docs/verbs.md, "Planes"):
+  // the first must be the device's own netdev. Empty: the netdevs the device
+  // was given (one for a kernel device).
+  std::vector<std::string> planes;
 };
 
 struct Config {

@@ -312,8 +312,10 @@ nlohmann::json Server::lease(Client& c, const nlohmann::json& body) {
   r["policy"] = ctl::policy_to_json(policy_of(traffic_class));
   r["stats_interval_ms"] = config_.stats_interval_ms;
   r["security"] = config_.security.mode;
-  if (auto d = config_.devices.find(body.value("device", std::string())); d != config_.devices.end())
+  if (auto d = config_.devices.find(body.value("device", std::string())); d != config_.devices.end()) {
     if (d->second.busy_poll_us) r["busy_poll_us"] = *d->second.busy_poll_us;
+    if (!d->second.planes.empty()) r["planes"] = d->second.planes;
+  }
   return r;
 }
 

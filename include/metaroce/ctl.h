@@ -15,11 +15,13 @@
 //   lease  {pid, address, paths?, class?,    lease_ok {home_port, source_ports[],
 //           home_port?, block_first?,                  block_first, block_size,
 //           device?}                                   policy, stats_interval_ms,
-//                                                      security?, busy_poll_us?}
+//                                                      security?, busy_poll_us?,
+//                                                      planes?}
 //   (security: "integrity" (also when absent), "authenticate" or "encrypt",
 //    the cluster's mode; docs/spec.md section 9)
-//   (device: the RDMA device the context opened, e.g. mr0; busy_poll_us:
-//    that device's setting in [devices.NAME], when it has one)
+//   (device: the RDMA device the context opened, e.g. mr0; busy_poll_us and
+//    planes (netdev names, the device's own first): that device's settings
+//    in [devices.NAME], when it has them)
 //   (without paths, the daemon's paths_per_connection; home_port: the one
 //    the kernel module gave the context; home_port + block_first: what a
 //    context held before the daemon restarted; both reserved as they are)
@@ -67,6 +69,9 @@ inline constexpr const char* kSocketEnv = "METAROCE_DAEMON_SOCKET";
 // The longest busy-poll window, in microseconds (METAROCE_BUSY_POLL_US and
 // metaroced's [devices.NAME] busy_poll_us).
 inline constexpr uint32_t kMaxBusyPollUs = 1'000'000;
+// The most network planes (netdevs) one device spans (metaroced's
+// [devices.NAME] planes, the provider's "eth0,eth1" devices).
+inline constexpr size_t kMaxPlanes = 8;
 // A lease names at most one source port per path of a connection.
 inline constexpr uint16_t kMaxPaths = wire::kMaxPaths;
 
@@ -247,6 +252,19 @@ inline bool get_ports(const nlohmann::json& j, const char* key, size_t min, std:
   return true;
 }
 
+// Absent, or an array of 1..kMaxPlanes netdev names (1-15 bytes each).
+inline bool get_netdevs(const nlohmann::json& j, const char* key, std::string& error) {
+  auto it = j.find(key);
+  if (it == j.end()) return true;
+  if (!it->is_array() || it->empty() || it->size() > kMaxPlanes)
+    return fail(error, std::string("field '") + key + "' must be an array of 1.." + std::to_string(kMaxPlanes) +
+                           " netdev names");
+  for (const auto& n : *it)
+    if (!n.is_string() || n.get_ref<const std::string&>().empty() || n.get_ref<const std::string&>().size() > 15)
+      return fail(error, std::string("field '") + key + "' holds a bad netdev name");
+  return true;
+}
+
 }  // namespace detail
 
 // Reads a policy object; false with `error` on a bad field.
@@ -298,7 +316,8 @@ inline bool validate(Type type, const nlohmann::json& body, std::string& error) 
           !get_uint(body, "stats_interval_ms", 0, 3'600'000, true, u, error) ||
           !get_uint(body, "block_first", 1, 65535, true, u, error) ||
           !get_uint(body, "block_size", 1, 65535, true, u, error) || !get_ports(body, "source_ports", 1, error) ||
-          !get_security(body, error) || !get_uint(body, "busy_poll_us", 0, kMaxBusyPollUs, false, u, error))
+          !get_security(body, error) || !get_uint(body, "busy_poll_us", 0, kMaxBusyPollUs, false, u, error) ||
+          !get_netdevs(body, "planes", error))
         return false;
       Policy policy;
       auto pit = body.find("policy");

@@ -187,20 +187,14 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
   auto impl = std::make_unique<Context>();
   impl->device = dev;
   impl->vctx = &alloc->vctx;
-  if (o.mtu == 0) {
-    // What fits every plane's netdev.
-    uint32_t link_mtu = netdev_mtu(dev->ifindex);
-    for (const Device::Plane& plane : dev->more_planes) link_mtu = std::min(link_mtu, netdev_mtu(plane.ifindex));
-    o.mtu = metaroce_payload_for_link_mtu(link_mtu, dev->address.ss_family == AF_INET6);
-  }
-  impl->mtu = std::clamp<uint32_t>(o.mtu, 256, 65000);
-  impl->active_mtu = static_cast<ibv_mtu>(metaroce_ib_mtu_not_above(impl->mtu));
   impl->profile = o.profile;
   impl->paths = o.profile == transport::Profile::RoCEv2 ? 1 : o.paths;
   impl->poll_yield_every = o.poll_yield_every;
 
   std::string error;
-  impl->runtime = start_runtime(*dev, o, impl->daemon, error);
+  impl->planes.push_back({dev->netdev, dev->address_text, dev->address, dev->ifindex});
+  impl->planes.insert(impl->planes.end(), dev->more_planes.begin(), dev->more_planes.end());
+  impl->runtime = start_runtime(*dev, o, impl->planes, impl->daemon, error);
   int fds[2] = {-1, -1};
   if (!impl->runtime || ::pipe2(fds, O_CLOEXEC) != 0) {
     const int saved = impl->runtime ? errno : EADDRNOTAVAIL;
@@ -212,6 +206,8 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
     return nullptr;
   }
   impl->home_port = impl->runtime->home_port();
+  impl->mtu = std::clamp<uint32_t>(o.mtu, 256, 65000);
+  impl->active_mtu = static_cast<ibv_mtu>(metaroce_ib_mtu_not_above(impl->mtu));
   // metaroced may have chosen the number of paths.
   if (o.profile != transport::Profile::RoCEv2)
     impl->paths = impl->runtime->with_engine([](transport::Endpoint& e, transport::Time) { return e.config().paths; });
@@ -231,9 +227,9 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
     impl->kernel_events = std::make_unique<AsyncEventForwarder>(kernel_async_fd, fds[1]);
   alloc->vctx.context.num_comp_vectors = 1;
 
-  if (!dev->more_planes.empty()) {
-    std::vector<uint32_t> ifindexes{dev->ifindex};
-    for (const Device::Plane& plane : dev->more_planes) ifindexes.push_back(plane.ifindex);
+  if (impl->planes.size() > 1) {
+    std::vector<uint32_t> ifindexes;
+    for (const Device::Plane& plane : impl->planes) ifindexes.push_back(plane.ifindex);
     io::Runtime* runtime = impl->runtime.get();
     impl->plane_monitor = io::PlaneMonitor::start(
         std::move(ifindexes),

@@ -106,14 +106,6 @@ void fill_identity(Device& d, uint32_t index) {
   std::memcpy(&d.guid_be, guid, 8);  // bytes already in network order
 }
 
-std::string address_text_of(const sockaddr_storage& address) {
-  char text[INET6_ADDRSTRLEN] = {};
-  if (address.ss_family == AF_INET)
-    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(address).sin_addr, text, sizeof text);
-  else inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(address).sin6_addr, text, sizeof text);
-  return text;
-}
-
 }  // namespace
 
 const verbs_device_ops kDeviceOps = {
@@ -134,6 +126,14 @@ Device* device_of(ibv_device* device) {
   auto* vdev = reinterpret_cast<verbs_device*>(device);
   if (vdev->ops != &kDeviceOps) return nullptr;
   return reinterpret_cast<Device*>(vdev);
+}
+
+std::string address_text_of(const sockaddr_storage& address) {
+  char text[INET6_ADDRSTRLEN] = {};
+  if (address.ss_family == AF_INET)
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(address).sin_addr, text, sizeof text);
+  else inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(address).sin6_addr, text, sizeof text);
+  return text;
 }
 
 bool resolve_kernel_device(Device& d) {

@@ -41,13 +41,10 @@ int metaroce_dv_query_planes(ibv_context* context, metaroce_dv_plane* planes, in
     return -1;
   }
   Context& ctx = *context_of(context);
-  const Device& d = *ctx.device;
-  std::vector<metaroce_dv_plane> out(d.more_planes.size() + 1);
-  copy_text(out[0].netdev, sizeof out[0].netdev, d.netdev);
-  copy_text(out[0].address, sizeof out[0].address, d.address_text);
-  for (size_t k = 1; k < out.size(); ++k) {
-    copy_text(out[k].netdev, sizeof out[k].netdev, d.more_planes[k - 1].netdev);
-    copy_text(out[k].address, sizeof out[k].address, d.more_planes[k - 1].address_text);
+  std::vector<metaroce_dv_plane> out(ctx.planes.size());
+  for (size_t k = 0; k < out.size(); ++k) {
+    copy_text(out[k].netdev, sizeof out[k].netdev, ctx.planes[k].netdev);
+    copy_text(out[k].address, sizeof out[k].address, ctx.planes[k].address_text);
   }
   ctx.engine([&](transport::Endpoint& e) {
     for (size_t k = 0; k < out.size(); ++k) out[k].up = e.plane_up(static_cast<uint16_t>(k)) ? 1 : 0;

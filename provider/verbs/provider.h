@@ -29,6 +29,7 @@
 #include "metaroce/metaroce_dv.h"
 #include "metaroce/qp_rules.h"
 #include "metaroce/wire.h"
+#include "metaroce/ctl.h"
 #include "plane_monitor.h"
 #include "runtime.h"
 
@@ -94,7 +95,7 @@ struct Device {
 };
 
 // The most netdevs (planes) one device is opened over.
-inline constexpr size_t kMaxDevicePlanes = 8;
+inline constexpr size_t kMaxDevicePlanes = ctl::kMaxPlanes;
 
 // Resolves a kernel device's netdev into its address (once; errno set on
 // failure). Kernel-less devices are resolved when they are made.
@@ -106,6 +107,8 @@ extern const verbs_device_ops kDeviceOps;
 // Resolves "netdev_or_ip" into an address; returns false (errno set) if it
 // is neither a literal nor an interface with an address.
 bool resolve_address(const std::string& netdev_or_ip, sockaddr_storage& out, std::string& netdev, uint32_t& ifindex);
+// The IP of an AF_INET or AF_INET6 address, as text.
+std::string address_text_of(const sockaddr_storage& address);
 Device* find_or_create_device(const char* name, const char* netdev_or_ip);
 
 // --- per-context objects --------------------------------------------------------
@@ -244,6 +247,9 @@ struct Context {
   // Reports plane netdevs going down and up to the engine (a device over
   // several planes only); uses `runtime`, so it is destroyed first.
   std::unique_ptr<io::PlaneMonitor> plane_monitor;
+  // The planes the runtime runs over: the device's, or those metaroced's
+  // [devices.NAME] planes names; [0] is the device's own netdev and address.
+  std::vector<Device::Plane> planes;
   uint16_t home_port = 0;
   uint32_t mtu = 0;                   // payload bytes per data packet (what fits the netdev's MTU, or METAROCE_MTU)
   ibv_mtu active_mtu = IBV_MTU_1024;  // the largest IB MTU not above mtu

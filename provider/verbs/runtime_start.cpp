@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 
+#include "metaroce/abi.h"
 #include "metaroce/splitmix64.h"
 
 namespace metaroce::verbs {
@@ -51,17 +52,63 @@ uint64_t netdev_speed_bps(uint32_t ifindex) {
   return ok && mbps > 0 ? uint64_t(mbps) * 1'000'000 : 0;
 }
 
-// `paths` rounded up to a multiple of the device's planes (so that every
-// plane gets as many), at most wire::kMaxPaths.
-uint16_t paths_for_planes(size_t paths, const Device& device) {
-  const size_t planes = device.more_planes.size() + 1;
+// `paths` rounded up to a multiple of `planes` (so that every plane gets as
+// many), at most wire::kMaxPaths.
+uint16_t paths_for_planes(size_t paths, size_t planes) {
   return static_cast<uint16_t>(
       std::min<size_t>((std::max<size_t>(paths, 1) + planes - 1) / planes * planes, wire::kMaxPaths / planes * planes));
+}
+
+// The payload that fits every plane's netdev.
+uint32_t payload_for_planes(const std::vector<Device::Plane>& planes) {
+  uint32_t link_mtu = UINT32_MAX;
+  for (const Device::Plane& plane : planes) link_mtu = std::min(link_mtu, netdev_mtu(plane.ifindex));
+  return metaroce_payload_for_link_mtu(link_mtu, planes.front().address.ss_family == AF_INET6);
+}
+
+// Sets what depends on the planes: their addresses, the paths (a multiple
+// of the planes), the payload (unless chosen) and the link capacity.
+void apply_planes(const std::vector<Device::Plane>& planes, const Options& o, io::RuntimeOptions& ro) {
+  ro.plane_addresses.clear();
+  for (size_t k = 1; k < planes.size(); ++k) ro.plane_addresses.push_back(planes[k].address_text);
+  ro.endpoint.paths = paths_for_planes(ro.endpoint.paths, planes.size());
+  if (o.mtu == 0) ro.endpoint.mtu = payload_for_planes(planes);
+  if (const uint64_t link = o.link_bps ? o.link_bps : netdev_speed_bps(planes.front().ifindex)) {
+    // Every path can carry its plane's whole link, and everything arrives
+    // through the planes' links.
+    ro.endpoint.path_rate_bps = link;
+    ro.endpoint.inbound_capacity_bps = link * planes.size();
+  }
+}
+
+// metaroced's [devices.NAME] planes for a device given one netdev: the
+// netdevs resolved, the device's own first; `planes` unchanged (and a
+// warning) when the list does not start with it or a netdev has no address.
+void adopt_daemon_planes(const Device& device, const std::vector<std::string>& names,
+                         std::vector<Device::Plane>& planes) {
+  if (names.size() < 2 || planes.size() != 1) return;
+  if (names.front() != device.netdev) {
+    warn_once(device.name + ": metaroced's planes start with " + names.front() + ", not the device's netdev '" +
+              device.netdev + "'; using one plane");
+    return;
+  }
+  std::vector<Device::Plane> adopted{planes.front()};
+  for (size_t k = 1; k < names.size(); ++k) {
+    Device::Plane& plane = adopted.emplace_back();
+    if (!resolve_address(names[k], plane.address, plane.netdev, plane.ifindex) ||
+        plane.address.ss_family != planes.front().address.ss_family) {
+      warn_once(device.name + ": metaroced's plane " + names[k] + " has no usable address; using one plane");
+      return;
+    }
+    plane.address_text = address_text_of(plane.address);
+  }
+  planes = std::move(adopted);
 }
 
 // Creates the runtime on the home port and source ports metaroced leases;
 // null (and `daemon` reset) when there is no daemon or its lease fails.
 std::unique_ptr<io::Runtime> start_with_daemon(const Device& device, const Options& o, io::RuntimeOptions ro,
+                                               std::vector<Device::Plane>& planes,
                                                std::unique_ptr<DaemonClient>& daemon) {
   std::string why;
   daemon = DaemonClient::connect(why);
@@ -87,7 +134,10 @@ std::unique_ptr<io::Runtime> start_with_daemon(const Device& device, const Optio
     ro.test_seed = test_seed_for(o, ro.home_port);
     ro.path_source_ports = lease->source_ports;
     ro.endpoint.security = lease->security;
-    if (!o.paths_explicit) ro.endpoint.paths = paths_for_planes(lease->source_ports.size(), device);
+    if (!o.paths_explicit) ro.endpoint.paths = static_cast<uint16_t>(lease->source_ports.size());
+    std::vector<Device::Plane> leased_planes = planes;
+    adopt_daemon_planes(device, lease->planes, leased_planes);
+    apply_planes(leased_planes, o, ro);
     // Path i binds port i % leased on plane i % planes: a port number is
     // used once per plane's address.
     for (size_t i = lease->source_ports.size(); !lease->source_ports.empty() && i < ro.endpoint.paths; ++i)
@@ -97,6 +147,7 @@ std::unique_ptr<io::Runtime> start_with_daemon(const Device& device, const Optio
     if (lease->policy.rate_hint_utilization) ro.endpoint.rate_hint_utilization = *lease->policy.rate_hint_utilization;
     std::unique_ptr<io::Runtime> runtime = io::Runtime::create(ro, why);
     if (runtime) {
+      planes = std::move(leased_planes);
       daemon->attach(runtime.get(), device.name, lease->stats_interval_ms, baseline, baseline_rate_hint);
       return runtime;
     }
@@ -127,17 +178,16 @@ uint32_t netdev_mtu(uint32_t ifindex) {
   return ok && mtu > 0 ? static_cast<uint32_t>(mtu) : kEthernetMtu;
 }
 
-std::unique_ptr<io::Runtime> start_runtime(const Device& device, const Options& o,
+std::unique_ptr<io::Runtime> start_runtime(const Device& device, Options& o, std::vector<Device::Plane>& planes,
                                            std::unique_ptr<DaemonClient>& daemon, std::string& error) {
   io::RuntimeOptions ro;
   ro.local_address = device.address_text;
-  for (const Device::Plane& plane : device.more_planes) ro.plane_addresses.push_back(plane.address_text);
   ro.allow_io_uring = o.io_uring;
   ro.inline_transmit = o.inline_transmit;
   ro.busy_poll_ns = o.busy_poll_ns;
   ro.test_drop_probability = o.test_loss;
   ro.endpoint.profile = o.profile;
-  ro.endpoint.paths = paths_for_planes(o.paths, device);
+  ro.endpoint.paths = o.paths;
   ro.endpoint.mtu = o.mtu;
   ro.endpoint.max_qps = kMaxQpsPerContext;
   ro.endpoint.max_outstanding_messages = kMaxQpWr;
@@ -145,17 +195,16 @@ std::unique_ptr<io::Runtime> start_runtime(const Device& device, const Options& 
   ro.endpoint.cc.target_queue_delay_ns = o.target_delay_ns;
   ro.endpoint.ack_delay_ns = o.ack_delay_ns;
   ro.endpoint.min_rto_ns = o.min_rto_ns;
-  if (const uint64_t link = o.link_bps ? o.link_bps : netdev_speed_bps(device.ifindex)) {
-    // Every path can carry its plane's whole link, and everything arrives
-    // through the planes' links.
-    ro.endpoint.path_rate_bps = link;
-    ro.endpoint.inbound_capacity_bps = link * (device.more_planes.size() + 1);
-  }
+  apply_planes(planes, o, ro);
   // A home port the caller chose is theirs: no daemon then. One the kernel
   // chose is leased as it is.
   if (o.use_daemon && (!o.home_port || o.home_port_from_kernel)) {
-    if (std::unique_ptr<io::Runtime> runtime = start_with_daemon(device, o, ro, daemon)) return runtime;
+    if (std::unique_ptr<io::Runtime> runtime = start_with_daemon(device, o, ro, planes, daemon)) {
+      if (o.mtu == 0) o.mtu = payload_for_planes(planes);
+      return runtime;
+    }
   }
+  if (o.mtu == 0) o.mtu = payload_for_planes(planes);
   const uint32_t first = o.home_port ? o.home_port : kHomePortBase;
   const uint32_t last = o.home_port ? o.home_port + 1 : kHomePortBase + kHomePortCount;
   int races = 0;

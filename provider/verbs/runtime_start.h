@@ -15,8 +15,11 @@
 namespace metaroce::verbs {
 
 // Creates the runtime on the first free home port, with QP numbers that
-// encode it (or on metaroced's lease, `daemon` then holding the client).
-std::unique_ptr<io::Runtime> start_runtime(const Device& device, const Options& o,
+// encode it (or on metaroced's lease, `daemon` then holding the client),
+// over `planes` (the device's own first), which metaroced's
+// [devices.NAME] planes may extend for a device given one netdev. Sets
+// o.mtu when it is 0: the payload that fits every plane's netdev.
+std::unique_ptr<io::Runtime> start_runtime(const Device& device, Options& o, std::vector<Device::Plane>& planes,
                                            std::unique_ptr<DaemonClient>& daemon, std::string& error);
 // Prints "metaroce: MESSAGE" on stderr once per process, not per context:
 // a program opening many contexts without a daemon is told once.

@@ -61,6 +61,7 @@ enabled = false
 max_ttl = 4
 [devices.mr0]
 busy_poll_us = 50
+planes = ["eth0", "eth1"]
 [devices.mr1]
 [congestion.default]
 target_delay_us = 500
@@ -87,6 +88,8 @@ rate_hint_utilization = 0.9
   EXPECT_EQ(c.devices.at("mr0").busy_poll_us, 50u);
   ASSERT_EQ(c.devices.count("mr1"), 1u);
   EXPECT_FALSE(c.devices.at("mr1").busy_poll_us);
+  EXPECT_EQ(c.devices.at("mr0").planes, (std::vector<std::string>{"eth0", "eth1"}));
+  EXPECT_TRUE(c.devices.at("mr1").planes.empty());
   EXPECT_EQ(c.classes.at("default").target_delay_ns, 500'000u);
   const ctl::Policy& bulk = c.classes.at("bulk");
   EXPECT_EQ(bulk.ecn_gain, 0.5);
@@ -136,6 +139,12 @@ TEST(Config, TypeAndRangeErrorsNameTheKeyAndLine) {
   EXPECT_NE(e.message.find("out of range"), std::string::npos) << e.message;
   e = only_error("[devices.mr0]\nbusy_pol_us = 5\n");
   EXPECT_NE(e.message.find("unknown key 'busy_pol_us' in [devices.mr0]"), std::string::npos) << e.message;
+  e = only_error("[devices.mr0]\nplanes = [\"eth0\", \"eth1\", \"eth0\"]\n");
+  EXPECT_NE(e.message.find("names eth0 twice"), std::string::npos) << e.message;
+  e = only_error("[devices.mr0]\nplanes = [\"e0\", \"e1\", \"e2\", \"e3\", \"e4\", \"e5\", \"e6\", \"e7\", \"e8\"]\n");
+  EXPECT_NE(e.message.find("at most 8 planes"), std::string::npos) << e.message;
+  e = only_error("[devices.mr0]\nplanes = \"eth0\"\n");
+  EXPECT_EQ(e.line, 2u);
   e = only_error("[devices]\nmr0 = 5\n");
   EXPECT_EQ(e.line, 2u);
 }

@@ -438,8 +438,8 @@ TEST(Metaroced, ALeaseWithoutPathsGetsTheConfiguredNumber) {
   ::close(fd);
 }
 
-TEST(Metaroced, ALeaseCarriesItsDevicesBusyPollSetting) {
-  Daemon d(std::string(kConfig) + "[devices.mr7]\nbusy_poll_us = 250\n");
+TEST(Metaroced, ALeaseCarriesItsDevicesSettings) {
+  Daemon d(std::string(kConfig) + "[devices.mr7]\nbusy_poll_us = 250\nplanes = [\"eth0\", \"eth1\"]\n");
   const int fd = connect_to(d.socket());
   ASSERT_GE(fd, 0);
   json req = lease_request(::getpid());
@@ -448,11 +448,13 @@ TEST(Metaroced, ALeaseCarriesItsDevicesBusyPollSetting) {
   auto m = receive(fd);
   ASSERT_TRUE(m && m->type == ctl::Type::LeaseOk);
   EXPECT_EQ(m->body.value("busy_poll_us", 0), 250);
-  req["device"] = "mr8";  // no [devices.mr8]: the provider keeps its own setting
+  EXPECT_EQ(m->body.value("planes", json::array()), json::array({"eth0", "eth1"}));
+  req["device"] = "mr8";  // no [devices.mr8]: the provider keeps its own settings
   ASSERT_TRUE(send_raw(fd, ctl::encode(req)));
   m = receive(fd);
   ASSERT_TRUE(m && m->type == ctl::Type::LeaseOk);
   EXPECT_FALSE(m->body.contains("busy_poll_us"));
+  EXPECT_FALSE(m->body.contains("planes"));
   ::close(fd);
 }
 
