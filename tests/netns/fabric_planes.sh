@@ -62,7 +62,7 @@ pass "h0 -> h1 on plane 1 crosses plane 1's paths ($on1 packets), none on plane 
 # A blackhole on every plane-1 path leaves plane 0 alone.
 fab set all --plane 1 --blackhole on
 fab status --json >"$WORK/s.json"
-[[ $(json "$WORK/s.json" '[p["blackhole"] for p in d["paths"]] + [p["blackhole"] for p in d["extra_planes"][0]["paths"]]') \
+[[ $(json "$WORK/s.json" '[p["blackhole"] for plane in [d] + d["extra_planes"] for p in plane["paths"]]') \
     == '[false, false, true, true]' ]] || fail "status does not show the blackhole on plane 1 only"
 blast 1 --ports 16 --payload 1400 --rate 200
 sent=$(json "$WORK/send.json" 'd["packets"]')
