@@ -42,24 +42,26 @@ fab() { "$FABRIC" --prefix "$PREFIX" "$@"; }
 offered_l2r() { fab status --json | json - '" ".join(str(p["left_to_right"]["offered_packets"]) for p in d["paths"])'; }
 
 # start_blaster_receiver HOST PORT SECONDS OUT [RECV_ARGS...]: a udp-blaster
-# receiver on HOST's address and PORT, writing its JSON line to OUT; returns
-# once it is bound (BLASTER_RECV is its PID).
+# receiver on HOST's address on plane $BLAST_PLANE (default 0) and PORT,
+# writing its JSON line to OUT; returns once it is bound (BLASTER_RECV is its PID).
 start_blaster_receiver() {
     local host=$1 port=$2 seconds=$3 out=$4 addr; shift 4
-    addr=$(fab addr "$host")
+    addr=$(fab addr "$host" --plane "${BLAST_PLANE:-0}")
     ip netns exec "${PREFIX}-$host" "$BLASTER" recv --bind "$addr:$port" --seconds "$seconds" "$@" >"$out" &
     BLASTER_RECV=$!
     wait_udp_listener -n "${PREFIX}-$host" -p "$BLASTER_RECV" "$port" ||
         fail "udp-blaster receiver on $host:$port did not bind"
 }
 
-# blast SECONDS SENDER_ARGS... : a receiver on h1, a sender on h0; leaves
-# the JSON lines in $WORK/send.json and $WORK/recv.json.
+# blast SECONDS SENDER_ARGS... : a receiver on h1, a sender on h0 (to h1's
+# address on plane $BLAST_PLANE, default 0); leaves the JSON lines in
+# $WORK/send.json and $WORK/recv.json.
 blast() {
     local seconds=$1; shift
     start_blaster_receiver h1 5000 "$(awk -v s="$seconds" 'BEGIN { print s + 5 }')" "$WORK/recv.json" \
         --idle "${BLAST_IDLE:-0.5}"
-    fab exec h0 "$BLASTER" send --to "$(fab addr h1):5000" --seconds "$seconds" "$@" >"$WORK/send.json"
+    fab exec h0 "$BLASTER" send --to "$(fab addr h1 --plane "${BLAST_PLANE:-0}"):5000" --seconds "$seconds" "$@" \
+        >"$WORK/send.json"
     wait "$BLASTER_RECV" || fail "receiver failed"
 }
 

@@ -9,9 +9,13 @@ command line) and tools/bench/fabric-bench.
   pairs p0..p<K-1> (the K paths); both switches route left<->right traffic
   with an ECMP multipath route over the K links, hashing the UDP 5-tuple.
 
+With P planes, plane p >= 1 is another such switch pair, <prefix>-swl<p> and
+<prefix>-swr<p>, with K paths of its own, and every host has one more link,
+eth<p>, to plane p: plane p is plane 0 with 77+p for 77 in the addresses.
+
 Addresses (inside the namespaces only, never in the root namespace):
-  host i    10.77.<10+i>.2/24 on eth0, gateway 10.77.<10+i>.1
-  path k    10.77.<200+k>.1/24 (left switch) <-> 10.77.<200+k>.2/24 (right)
+  host i    10.<77+p>.<10+i>.2/24 on eth<p>, gateway 10.<77+p>.<10+i>.1
+  path k    10.<77+p>.<200+k>.1/24 (left switch) <-> 10.<77+p>.<200+k>.2/24 (right)
 
 Each prefix keeps its shape and impairments in /run/metaroce-fabric/<prefix>.state
 (key=value lines); commands that change a fabric hold /run/lock/metaroce-fabric.lock.
@@ -37,6 +41,7 @@ HASH_FIELDS = "0x37"  # src ip, dst ip, ip proto, src port, dst port
 SOCKBUF_MAX = 67108864  # net.core.{r,w}mem_max raised to at least this (64 MiB)
 MAX_HOSTS = 100
 MAX_PATHS = 32
+MAX_PLANES = 4
 ETHERNET_MTU = 1500
 JUMBO_MTU = 9000
 MIN_MTU = 1280
@@ -58,44 +63,68 @@ def host_side(i):
     return "left" if i % 2 == 0 else "right"
 
 
-def host_ip(i):
-    return f"10.77.{10 + i}.2"
+# A host's plane-p address differs from its plane-0 address in the second
+# octet only (77 -> 77+p), the same bits for every host: the provider derives
+# a peer's plane-p address from its plane-0 address that way.
+def _plane_octet(plane):
+    return 77 + plane
 
 
-def host_gw(i):
-    return f"10.77.{10 + i}.1"
+def plane_net(plane=0):
+    """Everything of plane `plane`: the route hosts send that plane's traffic by."""
+    return f"10.{_plane_octet(plane)}.0.0/16"
 
 
-def host_net(i):
-    return f"10.77.{10 + i}.0/24"
+def host_dev(plane=0):
+    """A host's link to plane `plane`."""
+    return f"eth{plane}"
 
 
-def path_ip_left(k):
-    return f"10.77.{200 + k}.1"
+def host_ip(i, plane=0):
+    return f"10.{_plane_octet(plane)}.{10 + i}.2"
 
 
-def path_ip_right(k):
-    return f"10.77.{200 + k}.2"
+def host_gw(i, plane=0):
+    return f"10.{_plane_octet(plane)}.{10 + i}.1"
 
 
-def _mac(kind, index, end):
-    return "02:4d:%02x:%02x:%02x:%02x" % (kind, index // 256, index % 256, end)
+def host_net(i, plane=0):
+    return f"10.{_plane_octet(plane)}.{10 + i}.0/24"
 
 
-def host_mac(i):  # host side of host i's link
-    return _mac(0, i, 2)
+def path_ip_left(k, plane=0):
+    return f"10.{_plane_octet(plane)}.{200 + k}.1"
 
 
-def host_gw_mac(i):  # switch side of host i's link
-    return _mac(0, i, 1)
+def path_ip_right(k, plane=0):
+    return f"10.{_plane_octet(plane)}.{200 + k}.2"
 
 
-def path_mac_left(k):
-    return _mac(1, k, 1)
+def _mac(kind, index, end, plane):
+    # kind 0 (host links) and 1 (paths) of plane 0 keep the MACs of a
+    # single-plane fabric; plane p takes kinds 2p and 2p+1.
+    return "02:4d:%02x:%02x:%02x:%02x" % (2 * plane + kind, index // 256, index % 256, end)
 
 
-def path_mac_right(k):
-    return _mac(1, k, 2)
+def host_mac(i, plane=0):  # host side of host i's link
+    return _mac(0, i, 2, plane)
+
+
+def host_gw_mac(i, plane=0):  # switch side of host i's link
+    return _mac(0, i, 1, plane)
+
+
+def path_mac_left(k, plane=0):
+    return _mac(1, k, 1, plane)
+
+
+def path_mac_right(k, plane=0):
+    return _mac(1, k, 2, plane)
+
+
+def path_tag(k, plane=0):
+    """Path k of plane `plane` in state keys and messages: p<k> on plane 0, plane<p>_p<k> on others."""
+    return f"p{k}" if plane == 0 else f"plane{plane}_p{k}"
 
 
 # ---------------------------------------------------------- value syntax ---
@@ -305,17 +334,23 @@ class Fabric:
     def host_ns(self, i):
         return f"{self.prefix}-h{i}"
 
+    def switches(self, plane=0):
+        """(left, right): the switch namespaces of plane `plane`."""
+        suffix = str(plane) if plane else ""
+        return f"{self.prefix}-swl{suffix}", f"{self.prefix}-swr{suffix}"
+
     @property
     def left_ns(self):
-        return f"{self.prefix}-swl"
+        return self.switches()[0]
 
     @property
     def right_ns(self):
-        return f"{self.prefix}-swr"
+        return self.switches()[1]
 
-    def switch_ns(self, i):
-        """The switch namespace host i hangs off."""
-        return self.left_ns if host_side(i) == "left" else self.right_ns
+    def switch_ns(self, i, plane=0):
+        """The switch namespace host i hangs off on plane `plane`."""
+        left, right = self.switches(plane)
+        return left if host_side(i) == "left" else right
 
     @property
     def state_file(self):
@@ -323,7 +358,7 @@ class Fabric:
 
     def namespaces(self):
         """All namespaces of this prefix, whether or not a state file exists."""
-        pattern = re.compile(re.escape(self.prefix) + r"-(h[0-9]+|swl|swr)")
+        pattern = re.compile(re.escape(self.prefix) + r"-(h[0-9]+|sw[lr][0-9]*)")
         return [n for n in _netns_list() if pattern.fullmatch(n)]
 
     # --- state ---
@@ -352,10 +387,15 @@ class Fabric:
             raise FabricError(f"fabric '{self.prefix}' is not up (run: metaroce-fabric --prefix {self.prefix} up)")
         return st
 
+    @staticmethod
+    def plane_count(st):
+        return int(st.get("planes", "1"))  # state files from before planes have none
+
     # --- up / down ---
-    def up(self, hosts=2, paths=4, seed=DEFAULT_SEED, mtu=ETHERNET_MTU):
+    def up(self, hosts=2, paths=4, seed=DEFAULT_SEED, mtu=ETHERNET_MTU, planes=1):
         """Builds the fabric with links of that MTU (idempotent: the same shape
-        already up only has its impairments cleared). Returns the message to print."""
+        already up only has its impairments cleared and its host links brought
+        up). Returns the message to print."""
         if not (is_uint(hosts) and 2 <= int(hosts) <= MAX_HOSTS):
             raise FabricError(f"--hosts must be 2..{MAX_HOSTS}")
         if not (is_uint(paths) and 1 <= int(paths) <= MAX_PATHS):
@@ -364,31 +404,44 @@ class Fabric:
             raise FabricError("--seed must be 1..4294967295")
         if not (is_uint(mtu) and MIN_MTU <= int(mtu) <= JUMBO_MTU):
             raise FabricError(f"--mtu must be {MIN_MTU}..{JUMBO_MTU}")
-        hosts, paths, seed, mtu = int(hosts), int(paths), int(seed), int(mtu)
+        if not (is_uint(planes) and 1 <= int(planes) <= MAX_PLANES):
+            raise FabricError(f"--planes must be 1..{MAX_PLANES}")
+        hosts, paths, seed, mtu, planes = int(hosts), int(paths), int(seed), int(mtu), int(planes)
+        shape = f"{hosts} hosts, {paths} paths" + (f", {planes} planes" if planes > 1 else "") + f", MTU {mtu}"
         require_root()
         with _fabric_lock():
             STATE_DIR.mkdir(parents=True, exist_ok=True)
             st = self.load_state()
             if (st and st["hosts"] == str(hosts) and st["paths"] == str(paths) and st.get("seed") == str(seed)
-                    and st.get("mtu", str(ETHERNET_MTU)) == str(mtu) and self._healthy(hosts, paths)):
-                for k in range(paths):
-                    _record_path(st, k, **_CLEAR)
-                    self._apply_path(st, k)
+                    and st.get("mtu", str(ETHERNET_MTU)) == str(mtu) and self.plane_count(st) == planes
+                    and self._healthy(hosts, paths, planes)):
+                self._clear_impairments(st)
                 self._save_state(st)
-                return f"fabric '{self.prefix}' already up ({hosts} hosts, {paths} paths, MTU {mtu}); impairments cleared"
+                return f"fabric '{self.prefix}' already up ({shape}); impairments cleared"
             self._teardown()
             _save_and_raise_sysctls()
-            st = {"hosts": str(hosts), "paths": str(paths), "seed": str(seed), "mtu": str(mtu)}
-            for k in range(paths):
-                _record_path(st, k, **_CLEAR)
+            st = {"hosts": str(hosts), "paths": str(paths), "seed": str(seed), "mtu": str(mtu), "planes": str(planes)}
+            for plane in range(planes):
+                for k in range(paths):
+                    _record_path(st, path_tag(k, plane), **_CLEAR)
             self._save_state(st)  # first, so that a failed build can still be torn down
             try:
-                self._build(hosts, paths, seed, mtu)
+                self._build(hosts, paths, seed, mtu, planes)
             except (FabricError, OSError):
                 self._teardown()
                 _restore_sysctls_if_last()
                 raise FabricError("up failed; partial fabric removed") from None
-            return f"fabric '{self.prefix}' up: {hosts} hosts, {paths} paths, MTU {mtu}"
+            return f"fabric '{self.prefix}' up: {shape}"
+
+    def _clear_impairments(self, st):
+        """Every path of every plane unimpaired, every host link up (as st records them)."""
+        for plane in range(self.plane_count(st)):
+            for k in range(int(st["paths"])):
+                _record_path(st, path_tag(k, plane), **_CLEAR)
+                self._apply_path(st, k, plane)
+            for i in range(int(st["hosts"])):
+                if st.get(_link_key(i, plane)) == "down":
+                    self._apply_link(st, i, plane, "up")
 
     def down(self, all_prefixes=False):
         require_root()
@@ -408,65 +461,71 @@ class Fabric:
         except FileNotFoundError:
             pass
 
-    def _healthy(self, hosts, paths):
-        names = [self.left_ns, self.right_ns] + [self.host_ns(i) for i in range(hosts)]
+    def _healthy(self, hosts, paths, planes):
+        switches = [sw for plane in range(planes) for sw in self.switches(plane)]
+        names = switches + [self.host_ns(i) for i in range(hosts)]
         if not all(_ns_exists(n) for n in names):
             return False
-        if len(self.namespaces()) != hosts + 2:  # no extra hosts from a bigger earlier fabric
+        if len(self.namespaces()) != len(names):  # no extra hosts or planes from a bigger earlier fabric
             return False
-        for sw in (self.left_ns, self.right_ns):
+        for sw in switches:
             if not _quiet(["ip", "netns", "exec", sw, "nft", "list", "table", "inet", NFT_TABLE]):
                 return False
-        return (_quiet(["ip", "-n", self.left_ns, "link", "show", f"p{paths - 1}"])
-                and not _quiet(["ip", "-n", self.left_ns, "link", "show", f"p{paths}"]))
+        return all(_quiet(["ip", "-n", left, "link", "show", f"p{paths - 1}"])
+                   and not _quiet(["ip", "-n", left, "link", "show", f"p{paths}"])
+                   for left, _ in map(self.switches, range(planes)))
 
-    def _build(self, hosts, paths, seed, mtu):
-        left, right = self.left_ns, self.right_ns
-        for sw in (left, right):
-            _run(["ip", "netns", "add", sw])
-            _run(["ip", "-n", sw, "link", "set", "lo", "up"])
-            _ns_sysctls(sw, _SWITCH_SYSCTLS + [("net.ipv4.fib_multipath_hash_seed", seed)])
+    def _build(self, hosts, paths, seed, mtu, planes):
         for i in range(hosts):
             _run(["ip", "netns", "add", self.host_ns(i)])
             _run(["ip", "-n", self.host_ns(i), "link", "set", "lo", "up"])
             _ns_sysctls(self.host_ns(i), _HOST_SYSCTLS)
+        for plane in range(planes):
+            self._build_plane(plane, hosts, paths, seed, mtu)
+        mask = _all_cpus_mask()
+        for i in range(hosts):
+            self._tune_links(self.host_ns(i), mask, [host_dev(plane) for plane in range(planes)])
+
+    def _build_plane(self, plane, hosts, paths, seed, mtu):
+        """Plane `plane`'s switch pair, its K paths, and every host's link eth<plane> to it."""
+        left, right = self.switches(plane)
+        for sw in (left, right):
+            _run(["ip", "netns", "add", sw])
+            _run(["ip", "-n", sw, "link", "set", "lo", "up"])
+            _ns_sysctls(sw, _SWITCH_SYSCTLS + [("net.ipv4.fib_multipath_hash_seed", seed)])
 
         # The K paths (p<k> in both switches) and every host's link to its switch.
-        links = [f"link add p{k} netns {left} address {path_mac_left(k)} mtu {mtu} type veth "
-                 f"peer name p{k} netns {right} address {path_mac_right(k)} mtu {mtu}" for k in range(paths)]
-        links += [f"link add eth0 netns {self.host_ns(i)} address {host_mac(i)} mtu {mtu} type veth "
-                  f"peer name h{i} netns {self.switch_ns(i)} address {host_gw_mac(i)} mtu {mtu}"
-                  for i in range(hosts)]
+        links = [f"link add p{k} netns {left} address {path_mac_left(k, plane)} mtu {mtu} type veth "
+                 f"peer name p{k} netns {right} address {path_mac_right(k, plane)} mtu {mtu}" for k in range(paths)]
+        links += [f"link add {host_dev(plane)} netns {self.host_ns(i)} address {host_mac(i, plane)} mtu {mtu} "
+                  f"type veth peer name h{i} netns {self.switch_ns(i, plane)} address {host_gw_mac(i, plane)} "
+                  f"mtu {mtu}" for i in range(hosts)]
         _ip_batch(links)
 
         switch_cmds = {left: [], right: []}
         for k in range(paths):
-            for sw, ip, peer_ip, peer_mac in ((left, path_ip_left(k), path_ip_right(k), path_mac_right(k)),
-                                              (right, path_ip_right(k), path_ip_left(k), path_mac_left(k))):
+            ip_l, ip_r = path_ip_left(k, plane), path_ip_right(k, plane)
+            for sw, ip, peer_ip, peer_mac in ((left, ip_l, ip_r, path_mac_right(k, plane)),
+                                              (right, ip_r, ip_l, path_mac_left(k, plane))):
                 switch_cmds[sw] += [f"addr add {ip}/24 dev p{k}", f"link set p{k} up",
                                     f"neigh replace {peer_ip} lladdr {peer_mac} dev p{k} nud permanent"]
         for i in range(hosts):
-            _ip_batch([f"addr add {host_ip(i)}/24 dev eth0", "link set eth0 up",
-                       f"route add 10.77.0.0/16 via {host_gw(i)} dev eth0",
-                       f"neigh replace {host_gw(i)} lladdr {host_gw_mac(i)} dev eth0 nud permanent"],
-                      self.host_ns(i))
-            switch_cmds[self.switch_ns(i)] += [
-                f"addr add {host_gw(i)}/24 dev h{i}", f"link set h{i} up",
-                f"neigh replace {host_ip(i)} lladdr {host_mac(i)} dev h{i} nud permanent"]
+            _ip_batch(_host_link_cmds(i, plane), self.host_ns(i))
+            switch_cmds[self.switch_ns(i, plane)] += [
+                f"addr add {host_gw(i, plane)}/24 dev h{i}", f"link set h{i} up",
+                f"neigh replace {host_ip(i, plane)} lladdr {host_mac(i, plane)} dev h{i} nud permanent"]
         # ECMP: a host on the other side is reachable over all K paths.
         for i in range(hosts):
             far = right if host_side(i) == "left" else left
             via = path_ip_left if far == right else path_ip_right
-            nexthops = " ".join(f"nexthop via {via(k)} dev p{k} weight 1" for k in range(paths))
-            switch_cmds[far].append(f"route replace {host_net(i)} {nexthops}")
+            nexthops = " ".join(f"nexthop via {via(k, plane)} dev p{k} weight 1" for k in range(paths))
+            switch_cmds[far].append(f"route replace {host_net(i, plane)} {nexthops}")
         for sw, cmds in switch_cmds.items():
             _ip_batch(cmds, sw)
 
         mask = _all_cpus_mask()
-        for i in range(hosts):
-            self._tune_links(self.host_ns(i), mask, ["eth0"])
         for sw in (left, right):
-            devs = [f"p{k}" for k in range(paths)] + [f"h{i}" for i in range(hosts) if self.switch_ns(i) == sw]
+            devs = [f"p{k}" for k in range(paths)] + [f"h{i}" for i in range(hosts) if self.switch_ns(i, plane) == sw]
             self._tune_links(sw, mask, devs)
 
         # Counters and (empty) impairment chains.
@@ -484,8 +543,8 @@ class Fabric:
         _run(["ip", "netns", "exec", netns, "sh", "-c", script])
 
     # --- impairments ---
-    def set(self, which, loss=None, blackhole=None, rate=None, exempt=None):
-        """Impairs path `which` (an index, "p<k>" or "all") in both directions:
+    def set(self, which, loss=None, blackhole=None, rate=None, exempt=None, plane=0):
+        """Impairs path `which` (an index, "p<k>" or "all") of plane `plane` in both directions:
         loss (a fraction or "N%"), blackhole ("on"/"off"), rate (tc syntax or
         "off"), exempt (ports "P[,P...]" or "off"); None leaves a setting as it is."""
         if loss is None and blackhole is None and rate is None and exempt is None:
@@ -501,6 +560,7 @@ class Fabric:
         require_root()
         with _fabric_lock():
             st = self.require_up()
+            plane = self.plane_index(st, plane)
             paths = int(st["paths"])
             if str(which) == "all":
                 selected = range(paths)
@@ -510,31 +570,33 @@ class Fabric:
                     raise FabricError(f"no path '{which}' (paths are 0..{paths - 1} or all)")
                 selected = [int(index)]
             for k in selected:
-                _record_path(st, k, loss=ppm, bh=blackhole, rate=rate, exempt=exempt)
-                self._apply_path(st, k)
+                _record_path(st, path_tag(k, plane), loss=ppm, bh=blackhole, rate=rate, exempt=exempt)
+                self._apply_path(st, k, plane)
             self._save_state(st)
 
-    def _apply_path(self, st, k):
-        """Installs path k's impairments, as st records them, at both ends of its veth."""
-        ppm = int(st.get(f"loss_p{k}", "0"))
+    def _apply_path(self, st, k, plane=0):
+        """Installs path k's impairments, as st records them, at both ends of its veth
+        (each plane's switches have a table of their own, with the same chain names)."""
+        tag = path_tag(k, plane)
+        ppm = int(st.get(f"loss_{tag}", "0"))
         rules = [f"flush chain inet {NFT_TABLE} imp_p{k}"]
-        ex = st.get(f"exempt_p{k}", "off")
+        ex = st.get(f"exempt_{tag}", "off")
         if ex != "off":
             rules += [f"add rule inet {NFT_TABLE} imp_p{k} meta l4proto {{ tcp, udp }} th sport {{ {ex} }} accept",
                       f"add rule inet {NFT_TABLE} imp_p{k} meta l4proto {{ tcp, udp }} th dport {{ {ex} }} accept"]
-        if st.get(f"bh_p{k}", "off") == "on":
+        if st.get(f"bh_{tag}", "off") == "on":
             rules.append(f'add rule inet {NFT_TABLE} imp_p{k} counter name "bh_p{k}" drop')
         if ppm >= 1000000:
             rules.append(f'add rule inet {NFT_TABLE} imp_p{k} counter name "loss_p{k}" drop')
         elif ppm > 0:
             rules.append(f'add rule inet {NFT_TABLE} imp_p{k} numgen random mod 1000000 < {ppm} '
                          f'counter name "loss_p{k}" drop')
-        rate_text = st.get(f"rate_p{k}", "off")
-        for sw in (self.left_ns, self.right_ns):
+        rate_text = st.get(f"rate_{tag}", "off")
+        for sw in self.switches(plane):
             _run(["ip", "netns", "exec", sw, "nft", "-f", "-"], stdin="\n".join(rules) + "\n")
             if rate_text == "off":
                 if not _quiet(["ip", "-n", sw, "link", "show", f"p{k}"]):
-                    raise FabricError(f"path p{k} missing in {sw}")
+                    raise FabricError(f"path {tag} missing in {sw}")
                 _quiet(["tc", "-n", sw, "qdisc", "del", "dev", f"p{k}", "root"])
             else:
                 bps = parse_rate(rate_text)
@@ -544,7 +606,35 @@ class Fabric:
                 _run(["tc", "-n", sw, "qdisc", "replace", "dev", f"p{k}", "root", "tbf", "rate", f"{bps}bit",
                       "burst", burst, "latency", "20ms"])
 
+    def set_link(self, plane, host="all", state=None):
+        """Takes the link of host `host` (or of every host: "all") to plane
+        `plane` down or brings it up again (state "down"/"up"), as when a
+        host's NIC on that plane fails."""
+        if state not in ("up", "down"):
+            raise FabricError("set-plane: --state takes up or down")
+        require_root()
+        with _fabric_lock():
+            st = self.require_up()
+            plane = self.plane_index(st, plane)
+            selected = range(int(st["hosts"])) if str(host) == "all" else [self.host_index(st, host)]
+            for i in selected:
+                self._apply_link(st, i, plane, state)
+            self._save_state(st)
+
+    def _apply_link(self, st, i, plane, state):
+        """Sets host i's link to plane `plane` up or down, and records it in st."""
+        _ip_batch(_host_link_cmds(i, plane) if state == "up" else [f"link set {host_dev(plane)} down"],
+                  self.host_ns(i))
+        st[_link_key(i, plane)] = state
+
     # --- what is there ---
+    def plane_index(self, st, plane):
+        """Plane "p" (a number) -> p, checked against the fabric's plane count."""
+        planes = self.plane_count(st)
+        if not (is_uint(plane) and int(plane) < planes):
+            raise FabricError(f"no plane {plane} (planes are 0..{planes - 1})")
+        return int(plane)
+
     def host_index(self, st, host):
         """Host "i", "h<i>" or "<prefix>-h<i>" -> i."""
         h = str(host).removeprefix(f"{self.prefix}-").removeprefix("h")
@@ -554,34 +644,39 @@ class Fabric:
             raise FabricError(f"no host {host} (hosts are 0..{int(st['hosts']) - 1})")
         return int(h)
 
-    def addr(self, host):
-        require_root()
-        return host_ip(self.host_index(self.require_up(), host))
-
-    def exec_argv(self, host, argv):
-        """The command line that runs argv in namespace `host` (a host, or swl/left, swr/right)."""
+    def addr(self, host, plane=0):
         require_root()
         st = self.require_up()
-        if host in ("swl", "left"):
-            ns = self.left_ns
-        elif host in ("swr", "right"):
-            ns = self.right_ns
+        return host_ip(self.host_index(st, host), self.plane_index(st, plane))
+
+    def exec_argv(self, host, argv):
+        """The command line that runs argv in namespace `host` (a host, or
+        swl/left, swr/right, swl<p>/swr<p> for plane p's switches)."""
+        require_root()
+        st = self.require_up()
+        switch = re.fullmatch(r"sw([lr])([0-9]*)", host)
+        if host in ("left", "right"):
+            ns = self.left_ns if host == "left" else self.right_ns
+        elif switch:
+            left, right = self.switches(self.plane_index(st, switch.group(2) or "0"))
+            ns = left if switch.group(1) == "l" else right
         else:
             ns = self.host_ns(self.host_index(st, host))
         if not _ns_exists(ns):
             raise FabricError(f"namespace {ns} does not exist (fabric '{self.prefix}' damaged? run up again)")
         return ["ip", "netns", "exec", ns] + list(argv)
 
-    def path(self, src, dst, sport, dport, proto="udp"):
-        """The path (index) the switch picks for that 5-tuple (ip route get)."""
+    def path(self, src, dst, sport, dport, proto="udp", plane=0):
+        """The path (index) plane `plane`'s switch picks for that 5-tuple (ip route get)."""
         require_root()
         st = self.require_up()
-        s, d = self.host_index(st, src), self.host_index(st, dst)
+        s, d, plane = self.host_index(st, src), self.host_index(st, dst), self.plane_index(st, plane)
         if not (is_uint(sport) and is_uint(dport)):
             raise FabricError("path: --sport and --dport are required")
         if host_side(s) == host_side(d):
             raise FabricError(f"path: h{s} and h{d} hang off the same switch (no path between switches)")
-        out = _run(["ip", "-j", "-n", self.switch_ns(s), "route", "get", host_ip(d), "from", host_ip(s),
+        out = _run(["ip", "-j", "-n", self.switch_ns(s, plane), "route", "get", host_ip(d, plane),
+                    "from", host_ip(s, plane),
                     "iif", f"h{s}", "ipproto", proto, "sport", sport, "dport", dport], capture=True)
         try:
             dev = json.loads(out)[0]["dev"]
@@ -609,11 +704,11 @@ class Fabric:
                 counters[c["name"]] = (c.get("packets", 0), c.get("bytes", 0))
         return counters
 
-    def path_tx_bytes(self, paths):
-        """Bytes sent onto each path so far, both directions added (cheap: one
-        `ip -s -j link` a switch)."""
+    def path_tx_bytes(self, paths, plane=0):
+        """Bytes sent onto each path of plane `plane` so far, both directions
+        added (cheap: one `ip -s -j link` a switch)."""
         total = [0] * paths
-        for sw in (self.left_ns, self.right_ns):
+        for sw in self.switches(plane):
             for dev, stats in self.link_stats(sw).items():
                 k = int(dev[1:])
                 if k < paths:
@@ -621,14 +716,29 @@ class Fabric:
         return total
 
     def status(self):
-        """The fabric as `status --json` prints it (the same keys, in order)."""
+        """The fabric as `status --json` prints it (the same keys, in order):
+        plane 0 at the top level, as a fabric without planes has it, and
+        planes 1..P-1 in "extra_planes"."""
         require_root()
         st = self.load_state()
         if st is None:
             return {"prefix": self.prefix, "up": False}
+        planes = self.plane_count(st)
+        base = self._plane_status(st, 0)
+        return {
+            "prefix": self.prefix, "up": True, "hosts_count": int(st["hosts"]), "paths_count": int(st["paths"]),
+            "mtu": int(st.get("mtu", ETHERNET_MTU)), "fragments": base["fragments"],
+            "hash": {"policy": HASH_POLICY, "fields": HASH_FIELDS, "seed": int(st["seed"])},
+            "switches": base["switches"], "hosts": base["hosts"], "paths": base["paths"],
+            "planes_count": planes, "extra_planes": [self._plane_status(st, p) for p in range(1, planes)],
+        }
+
+    def _plane_status(self, st, plane):
+        """One plane's switches, host links and paths (with their counters)."""
         hosts, paths = int(st["hosts"]), int(st["paths"])
-        nft = {side: self.nft_counters(ns) for side, ns in (("L", self.left_ns), ("R", self.right_ns))}
-        links = {side: self.link_stats(ns) for side, ns in (("L", self.left_ns), ("R", self.right_ns))}
+        left, right = self.switches(plane)
+        nft = {"L": self.nft_counters(left), "R": self.nft_counters(right)}
+        links = {"L": self.link_stats(left), "R": self.link_stats(right)}
 
         def direction(near, far, k):
             # offered = routed onto the path, dropped = impairment drops,
@@ -639,32 +749,47 @@ class Fabric:
                     "sent_packets": links[near].get(f"p{k}", {}).get("tx", {}).get("packets", 0),
                     "delivered_packets": f.get("packets", 0), "delivered_bytes": f.get("bytes", 0)}
 
-        def exempt(k):
-            ex = st.get(f"exempt_p{k}", "off")
+        def exempt(tag):
+            ex = st.get(f"exempt_{tag}", "off")
             return [] if ex == "off" else [int(p) for p in ex.split(",")]
 
+        tags = [path_tag(k, plane) for k in range(paths)]
         return {
-            "prefix": self.prefix, "up": True, "hosts_count": hosts, "paths_count": paths,
-            "mtu": int(st.get("mtu", ETHERNET_MTU)),
+            "plane": plane,
             "fragments": nft["L"].get("fragments", (0, 0))[0] + nft["R"].get("fragments", (0, 0))[0],
-            "hash": {"policy": HASH_POLICY, "fields": HASH_FIELDS, "seed": int(st["seed"])},
-            "switches": {"left": self.left_ns, "right": self.right_ns},
-            "hosts": [{"index": i, "name": f"h{i}", "netns": self.host_ns(i), "dev": "eth0", "ip": host_ip(i),
-                       "prefixlen": 24, "gateway": host_gw(i), "mac": host_mac(i), "switch": host_side(i),
-                       "switch_dev": f"h{i}"} for i in range(hosts)],
-            "paths": [{"index": k, "dev": f"p{k}", "left_ip": path_ip_left(k), "right_ip": path_ip_right(k),
-                       "loss": ppm_to_fraction(st.get(f"loss_p{k}", "0")), "blackhole": st.get(f"bh_p{k}") == "on",
-                       "rate": st.get(f"rate_p{k}", "off"), "exempt_ports": exempt(k),
-                       "left_to_right": direction("L", "R", k), "right_to_left": direction("R", "L", k)}
-                      for k in range(paths)],
+            "switches": {"left": left, "right": right},
+            "hosts": [{"index": i, "name": f"h{i}", "netns": self.host_ns(i), "dev": host_dev(plane),
+                       "ip": host_ip(i, plane), "prefixlen": 24, "gateway": host_gw(i, plane),
+                       "mac": host_mac(i, plane), "switch": host_side(i), "switch_dev": f"h{i}",
+                       "link": st.get(_link_key(i, plane), "up")} for i in range(hosts)],
+            "paths": [{"index": k, "dev": f"p{k}", "left_ip": path_ip_left(k, plane),
+                       "right_ip": path_ip_right(k, plane), "loss": ppm_to_fraction(st.get(f"loss_{tag}", "0")),
+                       "blackhole": st.get(f"bh_{tag}") == "on", "rate": st.get(f"rate_{tag}", "off"),
+                       "exempt_ports": exempt(tag), "left_to_right": direction("L", "R", k),
+                       "right_to_left": direction("R", "L", k)} for k, tag in enumerate(tags)],
         }
 
 
-def _record_path(st, k, loss=None, bh=None, rate=None, exempt=None):
-    """Records path k's settings in st (None leaves one as it is); loss in ppm."""
-    for key, value in ((f"loss_p{k}", loss), (f"bh_p{k}", bh), (f"rate_p{k}", rate), (f"exempt_p{k}", exempt)):
+def _record_path(st, tag, loss=None, bh=None, rate=None, exempt=None):
+    """Records the settings of the path `tag` names (path_tag) in st (None leaves one as it is); loss in ppm."""
+    for key, value in ((f"loss_{tag}", loss), (f"bh_{tag}", bh), (f"rate_{tag}", rate), (f"exempt_{tag}", exempt)):
         if value is not None:
             st[key] = str(value)
+
+
+def _link_key(i, plane):
+    """The state key of host i's link to plane `plane` ("up" or "down"; no key: up)."""
+    return f"link_h{i}_{host_dev(plane)}"
+
+
+def _host_link_cmds(i, plane):
+    """The `ip` commands, run in host i, that configure its link to plane
+    `plane` and bring it up. They replace rather than add, because taking the
+    link down deletes its route and static neighbour, and these restore them."""
+    dev, gw = host_dev(plane), host_gw(i, plane)
+    return [f"addr replace {host_ip(i, plane)}/24 dev {dev}", f"link set {dev} up",
+            f"route replace {plane_net(plane)} via {gw} dev {dev}",
+            f"neigh replace {gw} lladdr {host_gw_mac(i, plane)} dev {dev} nud permanent"]
 
 
 def _nft_base_ruleset(paths):
