@@ -13,6 +13,8 @@
 #                             MTU, whole-frame packets, no IP fragment; a smaller path_mtu per QP
 #   datapath.sh no-grh        ibv_rc_pingpong with a GID (-g 0) works between hosts; without one
 #                             (LIDs only) both ends are refused at once, as rxe refuses them
+#   datapath.sh planes        one device over both planes of a two-plane fabric: a verified
+#                             transfer uses both NICs and survives one going down mid-transfer
 #
 # Environment (from tests/netns/meson.build): METAROCE_FABRIC, METAROCE_RUN,
 # METAROCE_PERF, METAROCED, UDP_BLASTER.
@@ -35,10 +37,11 @@ daemon_env() {
 }
 
 # start_daemons HOST...: metaroced in each HOST's namespace, every setting at
-# its default (an empty config file), as a host with the package runs it.
+# its default (an empty config file, or DAEMON_CONFIG's text), as a host with
+# the package runs it.
 start_daemons() {
     local host
-    : >"$WORK/metaroced.toml"
+    printf '%s' "${DAEMON_CONFIG:-}" >"$WORK/metaroced.toml"
     for host in "$@"; do
         timeout 600 ip netns exec "${PREFIX}-$host" "${METAROCED:?METAROCED not set}" --config "$WORK/metaroced.toml" \
             --socket "$WORK/metaroced-$host.sock" 2>"$WORK/metaroced-$host.log" &
@@ -47,13 +50,17 @@ start_daemons() {
     done
 }
 
+# The device the programs use: mr0 on each host's eth0 (the planes scenario
+# sets it over eth0 and eth1).
+DEV=mr0=eth0
+
 # on HOST TIMEOUT PROGRAM ARGS...: PROGRAM in host HOST's namespace through
-# the launcher, device mr0 on that host's eth0, under `timeout`. (In the
+# the launcher, device $DEV, under `timeout`. (In the
 # background as `on ... &` its PID would be a subshell's: start_server and
 # the scenarios that kill a process start it themselves.)
 on() {
     local host=$1 limit=$2; shift 2
-    timeout "$limit" ip netns exec "${PREFIX}-$host" env "$(daemon_env "$host")" "$RUN" --dev mr0=eth0 "$@"
+    timeout "$limit" ip netns exec "${PREFIX}-$host" env "$(daemon_env "$host")" "$RUN" --dev "$DEV" "$@"
 }
 
 # start_server HOST TIMEOUT PORT OUT PROGRAM ARGS...: the server side of a
@@ -62,7 +69,7 @@ on() {
 # program.
 start_server() {
     local host=$1 limit=$2 port=$3 out=$4; shift 4
-    timeout "$limit" ip netns exec "${PREFIX}-$host" env "$(daemon_env "$host")" "$RUN" --dev mr0=eth0 "$@" -p "$port" \
+    timeout "$limit" ip netns exec "${PREFIX}-$host" env "$(daemon_env "$host")" "$RUN" --dev "$DEV" "$@" -p "$port" \
         >"$out" 2>&1 &
     SERVER=$!
     wait_tcp_listener -n "${PREFIX}-$host" -p "$SERVER" "$port" || { cat "$out" >&2; fail "server of $* did not listen"; }
@@ -151,6 +158,45 @@ two-pairs)
     wait "$first" || fail "the first pair failed"
     for f in "$WORK"/metaroce-perf-*.client; do grep -q '"verified":true' "$f" || fail "$f not verified"; done
     pass "two pairs at once, both verified"
+    ;;
+planes)
+    # One device over each host's two NICs, one per plane (docs/verbs.md,
+    # "Planes"). Mid-transfer, once it runs on both planes, h0's plane-1 NIC
+    # goes down: the plane is drained at once and plane 0 carries on; then
+    # the NIC comes back and plane 1 carries data again, in the same transfer.
+    fab up --hosts 2 --paths 4 --planes 2 >/dev/null
+    DEV=mr0=eth0,eth1
+    export METAROCE_STATS=1  # the endpoints print their counters when they close
+    tx_packets() { ip -n "${PREFIX}-h0" -s -j link show "$1" | json - 'd[0]["stats64"]["tx"]["packets"]'; }
+    grown() { (( $(tx_packets "$1") >= $2 + 3000 )); }
+    ( wait_until 60 grown eth1 "$(tx_packets eth1)" || exit 1
+      fab set-plane 1 --host h0 --state down
+      tx_packets eth1 >"$WORK/eth1-at-down"
+      wait_until 60 grown eth0 "$(tx_packets eth0)" || exit 1
+      fab set-plane 1 --host h0 --state up  # its addresses and routes back, as a host's network setup does
+      tx_packets eth1 >"$WORK/eth1-at-up" ) &
+    watcher=$!
+    pair 180 h1 h0 19800 "$PERF" -d mr0 --test write -s 65536 -n 40000
+    wait "$watcher" || fail "the transfer ended before plane 1 went down and came back"
+    client=$(echo "$WORK"/metaroce-perf-*.client)
+    grep -q '"verified":true' "$client" || fail "not verified"
+    drains=$(grep -o '"plane_drains":[0-9]*' "$client" | head -1 | cut -d: -f2)
+    (( ${drains:-0} >= 2 )) || fail "plane 1's 2 paths were not drained when its NIC went down (plane_drains ${drains:-none})"
+    again=$(( $(tx_packets eth1) - $(cat "$WORK/eth1-at-up") ))
+    (( again > 1000 )) || fail "plane 1 sent only $again packets once its NIC was up again"
+    pass "plane 1 down and up mid-transfer ($(cat "$WORK/eth1-at-down") packets on it before, $again after): verified, $drains paths drained"
+    rm -f "$WORK"/metaroce-perf-*
+
+    # A device given one netdev, whose planes metaroced's config names.
+    DEV=mr0=eth0
+    DAEMON_CONFIG=$'[devices.mr0]\nplanes = ["eth0", "eth1"]\n'
+    start_daemons h0 h1
+    eth1_start=$(tx_packets eth1)
+    pair 180 h1 h0 19801 "$PERF" -d mr0 --test write -s 65536 -n 3000
+    grep -q '"verified":true' "$WORK"/metaroce-perf-*.client || fail "not verified over metaroced's planes"
+    used=$(( $(tx_packets eth1) - eth1_start ))
+    (( used > 1000 )) || fail "metaroced's [devices.mr0] planes: plane 1 sent only $used packets"
+    pass "planes from metaroced's config: $used packets on plane 1, verified"
     ;;
 blackhole)
     # Each host runs metaroced, as installed hosts do: its path discovery
