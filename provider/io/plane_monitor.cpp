@@ -28,7 +28,7 @@ class PlaneMonitorImpl final : public PlaneMonitor {
       thread_.join();
     }
     if (stop_fd_ >= 0) ::close(stop_fd_);
-    if (manager_) nl_cache_mngr_free(manager_);
+    if (manager_) nl_cache_mngr_free(manager_);  // and the cache
   }
 
   bool open(std::string& error) {
@@ -37,7 +37,7 @@ class PlaneMonitorImpl final : public PlaneMonitor {
       error = "eventfd failed";
       return false;
     }
-    int err = nl_cache_mngr_alloc(nullptr, NETLINK_ROUTE, NL_AUTO_PROVIDE, &manager_);
+    int err = nl_cache_mngr_alloc(nullptr, NETLINK_ROUTE, 0, &manager_);
     if (err >= 0) err = nl_cache_mngr_add(manager_, "route/link", nullptr, nullptr, &links_);
     if (err < 0) {
       error = std::string("rtnetlink: ") + nl_geterror(err);

@@ -62,7 +62,7 @@ int metaroce_dv_query_planes(ibv_context* context, metaroce_dv_plane* planes, in
     }
     return 0;
   });
-  std::memcpy(planes, out.data(), std::min<size_t>(out.size(), static_cast<size_t>(max)) * sizeof(metaroce_dv_plane));
+  std::copy_n(out.begin(), std::min<size_t>(out.size(), static_cast<size_t>(max)), planes);
   return static_cast<int>(out.size());
 }
 
