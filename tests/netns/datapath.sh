@@ -164,7 +164,7 @@ planes)
     # "Planes"). Mid-transfer, once it runs on both planes, h0's plane-1 NIC
     # goes down: the plane is drained at once and plane 0 carries on; then
     # the NIC comes back and plane 1 carries data again, in the same transfer.
-    fab up --hosts 2 --paths 4 --planes 2 >/dev/null
+    fab up --planes 2 >/dev/null
     DEV=mr0=eth0,eth1
     export METAROCE_STATS=1  # the endpoints print their counters when they close
     tx_packets() { ip -n "${PREFIX}-h0" -s -j link show "$1" | json - 'd[0]["stats64"]["tx"]["packets"]'; }
