@@ -378,6 +378,42 @@ void Connection::on_ack(Time now, const wire::Ack& ack) {
     QueuePair* qp = attached_qp(ack.streams[i].qpn);
     if (qp) qp->on_stream_ack(now, ack.streams[i].completed_msn);
   }
+  detect_losses_by_time(now);
+}
+
+// A path's SACK finds a loss once a later packet on the same path arrives,
+// and its RTO (at least min_rto) is the backstop. A path's newest packet has
+// no such successor: a lone zero-length SEND, or the last packet of a burst,
+// would wait for that timer although the peer meanwhile acknowledged
+// packets sent after it on other paths. So a path's newest packet, still in
+// flight once something sent after it was delivered on any path, and older
+// than its own path's RTT plus the ACK delay plus a reordering window, is
+// lost (RACK, RFC 8985, with the connection's other paths as the
+// reordering). The window, a quarter of the path's minimum RTT or twice its
+// RTT variation if larger, covers the queueing differences between paths,
+// each path being judged by its own RTT. Older packets of the path are left
+// to its SACKs: judging them by time too would turn every lost ACK into
+// spurious retransmissions while the path's window is full. Blaming the path
+// stays the RTO's: it still fires, and blames the path if nothing it carried
+// was acknowledged since (path_timeout).
+void Connection::detect_losses_by_time(Time now) {
+  timed_loss_at_ = kNever;
+  if (rocev2() || !any_delivered_) return;
+  for (SendPath& path : paths_) {
+    if (path.records.empty() || !path.rtt.has_sample()) continue;
+    TxRecord& newest = path.records.back();
+    if (newest.state != TxRecord::State::InFlight || newest.sent >= latest_delivered_sent_) continue;
+    const Time reorder = std::max(path.rtt.min_rtt() / 4, 2 * path.rtt.rttvar());
+    const Time lost_at = newest.sent + path.rtt.srtt() + endpoint_.ack_delay() + reorder;
+    if (now < lost_at) {
+      // No later ACK may come (the sender waits for this very packet).
+      timed_loss_at_ = std::min(timed_loss_at_, lost_at);
+      continue;
+    }
+    declare_lost(path, newest);
+    path.lost_by_time_unanswered = true;
+    ++endpoint_.counters_.lost_by_time;
+  }
 }
 
 void Connection::on_path_sack(Time now, SendPath& path, const wire::PathSack& block, Time ack_delay) {
@@ -436,6 +472,7 @@ void Connection::on_path_sack(Time now, SendPath& path, const wire::PathSack& bl
     path.cc.on_ack(now, acked_bytes, acked_packets, marks, rtt_sample, path.rtt.min_rtt(), path.rtt.srtt());
     path.blamed_timeouts = 0;
     path.backoff = 0;
+    path.lost_by_time_unanswered = false;
     set_health(now, path, HealthEvent::NewDataAcked);
   }
   // Anything this far below the highest ACKed can no longer be reported.
@@ -541,7 +578,8 @@ void Connection::path_timeout(Time now, SendPath& path) {
       oldest = &record;
       break;
     }
-    if (oldest && delivered_after(oldest->sent) && !last_active(path)) {
+    const bool lost_while_others_delivered = (oldest && delivered_after(oldest->sent)) || path.lost_by_time_unanswered;
+    if (lost_while_others_delivered && !last_active(path)) {
       // The peer acknowledged packets sent after this one on other paths:
       // this path loses what it carries. Judging by what was sent after
       // the lost packet, rather than by whether anything came back at all,
@@ -554,6 +592,7 @@ void Connection::path_timeout(Time now, SendPath& path) {
       // an RTO.
       for (TxRecord& record : path.records)
         if (record.state == TxRecord::State::InFlight) declare_lost(path, record);
+      path.lost_by_time_unanswered = false;
       blame_path(now, path);
     } else if (oldest) {
       // Nothing sent after it was acknowledged anywhere: the peer or this
@@ -621,6 +660,7 @@ void Connection::on_path_probe_timer(Time now, SendPath& path) {
 }
 
 void Connection::on_timer(Time now) {
+  if (timed_loss_at_ <= now) detect_losses_by_time(now);
   for (SendPath& path : paths_) {
     if (path.rto_deadline <= now) path_timeout(now, path);
     if (path.health != PathHealth::Active && path.probe_at <= now && endpoint_.plane_up(path.stats.plane))
@@ -950,6 +990,7 @@ Time Connection::next_wakeup() const {
       }
     }
   }
+  wake = std::min(wake, timed_loss_at_);
   for (const SendPath& path : paths_) {
     wake = std::min(wake, path.rto_deadline);
     if (path.health != PathHealth::Active) wake = std::min(wake, path.probe_at);

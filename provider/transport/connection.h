@@ -115,6 +115,9 @@ class Connection {
     // rocev2 go-back-N: resend records from rewind_seq up to next_seq.
     bool rewinding = false;
     uint32_t rewind_seq = 0;
+    // It declared a packet of this path lost, and the path had nothing
+    // acknowledged since: the RTO blames the path as for a loss of its own.
+    bool lost_by_time_unanswered = false;
     PathSnapshot stats;
   };
 
@@ -147,6 +150,9 @@ class Connection {
   void on_nak(Time now, const wire::Nak& nak);
   void on_probe_reply(Time now, const wire::Packet& packet);
   void declare_lost(SendPath& path, TxRecord& record);
+  // Loss detection across paths by time (RACK, RFC 8985, with the
+  // connection's other paths as the reordering): see connection.cpp.
+  void detect_losses_by_time(Time now);
   void trim(SendPath& path);
   void path_timeout(Time now, SendPath& path);
   // Every change of a path's health goes through here, along the table in
@@ -214,6 +220,7 @@ class Connection {
   Time retry_base_ = 0;                // see retry_base()
   // Send time of the latest-sent packet that the peer acknowledged.
   Time latest_delivered_sent_ = 0;
+  Time timed_loss_at_ = kNever;  // when detect_losses_by_time is next due
   bool any_delivered_ = false;
 
   // Receiver.

@@ -49,6 +49,7 @@ namespace metaroce::transport {
   X(tx_naks, "packets", "NAKs sent")                                                                            \
   X(tx_probes, "packets", "path probes sent")                                                                   \
   X(rto_expirations, "events", "retransmission timeouts of a path")                                             \
+  X(lost_by_time, "packets", "declared lost: older than its path's RTT while later packets arrived on others")  \
   X(path_failures, "events", "paths declared failed")                                                           \
   X(path_recoveries, "events", "paths that answered a probe and carry data again")                              \
   X(plane_drains, "events", "paths drained because their plane went down")                                      \

@@ -84,6 +84,31 @@ TEST(TransferScenarios, ReorderingAcrossPathsCausesNoSpuriousRetransmission) {
   EXPECT_LT(static_cast<double>(r.sender.tx_retransmits), 0.001 * r.sender.tx_data_packets);
 }
 
+TEST(TransferScenarios, ALoneLostPacketIsResentBeforeItsRto) {
+  // One-packet WRITEs, two in flight over four paths: each packet is the
+  // newest on its path, so no later packet on the path reveals its loss; the
+  // other message's packet, delivered on another path, does
+  // (Connection::detect_losses_by_time). Only a loss with no later packet in
+  // flight anywhere has to wait for the RTO.
+  WriteTransferSpec spec = base_spec(Profile::MetaRoCE, 0.05);
+  spec.total_bytes = 4ull << 20;
+  spec.message_bytes = 4096;
+  spec.outstanding = 2;
+  const WriteTransferResult r = run_write_transfer(spec);
+  ASSERT_TRUE(r.completed);
+  EXPECT_TRUE(r.data_intact);
+  EXPECT_GT(r.sender.lost_by_time, 0u);
+  const Time base_rtt = spec.rig.endpoint.base_rtt_ns;
+  const Time min_rto = 4 * base_rtt;
+  size_t before_rto = 0, after_rto = 0;  // messages that needed a recovery
+  for (Time fct : r.fct_ns) {
+    if (fct >= min_rto) ++after_rto;
+    else if (fct > 2 * base_rtt) ++before_rto;
+  }
+  // 71 against 28 here; without the detection by time, 21 against 98.
+  EXPECT_GT(before_rto, 2 * after_rto);
+}
+
 TEST(TransferScenarios, DuplicatedPacketsAreDiscarded) {
   WriteTransferSpec spec = base_spec(Profile::MetaRoCE, 0.01);
   spec.rig.duplicate = 0.05;
