@@ -29,12 +29,15 @@ enum class Workload { AllReduce, AllToAll, Incast };
 const char* to_string(Workload workload);
 std::optional<Workload> parse_workload(std::string_view name);
 
+// NCCL finds one ring per NIC and then duplicates every channel it found
+// (ncclTopoPreset, "Duplicate channels rings/trees"): two rings per NIC.
+inline constexpr uint32_t kChannelsPerPlane = 2;
+
 struct CollectiveSpec {
   ClusterSpec cluster;
   Workload workload = Workload::AllReduce;
   uint64_t bytes = 64ull << 20;  // per rank: the buffer (allreduce), the send buffer (alltoall), per sender (incast)
-  // allreduce: rings, spread over the rails; 0 = one per plane (NCCL opens
-  // at least one channel per NIC).
+  // allreduce: rings, spread over the rails; 0 = kChannelsPerPlane per plane.
   uint32_t channels = 0;
   uint32_t slot_bytes = 512u << 10;  // allreduce: one FIFO slot (NCCL: 4 MiB buffer / 8 steps)
   uint32_t slots = 8;

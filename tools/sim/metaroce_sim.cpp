@@ -51,9 +51,9 @@ constexpr const char* kCollectiveScenario = R"(Default scenario (all in virtual 
   one path per connection, go-back-N, drop-tail fabric) and rocev2+pfc (the
   same on a lossless fabric: PFC at every switch port, XOFF 256 KiB, XON
   248 KiB per ingress port).
-  Workloads: allreduce (NCCL's ring: reduce-scatter then all-gather, one ring
-  per plane, each rank's chunk sent as two or more slices of at most 512 KiB
-  through 8 slots; 64 MiB per rank), alltoall
+  Workloads: allreduce (NCCL's ring: reduce-scatter then all-gather, two
+  rings per plane as NCCL duplicates its rings, each rank's chunk sent as two
+  or more slices of at most 512 KiB through 8 slots; 64 MiB per rank), alltoall
   (16 MiB per rank, 256 KiB to each peer), incast (every other rank writes
   4 MiB to rank 0). Every reduced element and copied byte is checked.
   busbw is nccl-tests' bus bandwidth: algbw x 2(n-1)/n for allreduce,
@@ -239,7 +239,7 @@ struct CollectiveOptions {
   std::string losses = "0,0.01";
   std::string transports = "metaroce,rocev2,rocev2+pfc";
   uint16_t paths_per_plane = 4;
-  uint32_t channels = 0;  // 0 = one per plane
+  uint32_t channels = 0;  // 0 = kChannelsPerPlane per plane
   uint32_t slot_kib = 512;
   uint32_t slots = 8;
   uint64_t seed = 1;
@@ -465,7 +465,8 @@ int main(int argc, char** argv) {
   collective->add_option("--paths-per-plane", co.paths_per_plane, "metaroce paths in each plane")
       ->check(CLI::Range(1, 64));
   collective->add_option("--seed", co.seed, "simulation seed");
-  collective->add_option("--channels", co.channels, "allreduce rings (0 = one per plane)")->check(CLI::Range(0, 64));
+  collective->add_option("--channels", co.channels, "allreduce rings (0 = two per plane, as NCCL duplicates its rings)")
+      ->check(CLI::Range(0, 64));
   collective->add_option("--slot-kib", co.slot_kib, "allreduce FIFO slot: the largest slice")
       ->check(CLI::Range(4, 65536));
   collective->add_option("--slots", co.slots, "allreduce FIFO slots per ring and rank")->check(CLI::Range(1, 64));

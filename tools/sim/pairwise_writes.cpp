@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "collective_workload.h"
+#include "huge_page_allocator.h"
 #include "metaroce/splitmix64.h"
 
 namespace metaroce::sim {
@@ -43,7 +44,7 @@ class PairwiseWrites final : public CollectiveWorkload {
     uint64_t src_offset = 0, dst_offset = 0, bytes = 0;
   };
   struct Rank {
-    std::vector<uint8_t> send, recv;
+    std::vector<uint8_t, HugePageAllocator<uint8_t>> send, recv;
     std::vector<uint32_t> lkey, rkey;  // per rail
   };
 

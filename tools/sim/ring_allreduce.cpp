@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include "collective_workload.h"
+#include "huge_page_allocator.h"
 
 namespace metaroce::sim {
 
@@ -69,7 +70,7 @@ class RingAllReduce final : public CollectiveWorkload {
     std::vector<Time> posted_at;  // per unit
   };
   struct Rank {
-    std::vector<uint32_t> buffer;
+    std::vector<uint32_t, HugePageAllocator<uint32_t>> buffer;
     std::vector<uint32_t> lkey;  // per rail
     std::vector<Lane> lanes;     // per channel
     uint32_t lanes_done = 0;
@@ -108,7 +109,7 @@ class RingAllReduce final : public CollectiveWorkload {
 RingAllReduce::RingAllReduce(Cluster& cluster, const CollectiveSpec& spec)
     : cluster_(cluster), n_(cluster.nodes()), slots_(std::max<uint32_t>(spec.slots, 1)) {
   const uint64_t elements = spec.bytes / sizeof(uint32_t);
-  const uint32_t channel_count = spec.channels ? spec.channels : spec.cluster.fabric.planes;
+  const uint32_t channel_count = spec.channels ? spec.channels : kChannelsPerPlane * spec.cluster.fabric.planes;
   for (uint32_t c = 0; c < channel_count; ++c) {
     Channel ch;
     ch.rail = static_cast<uint16_t>(c % cluster.rails());
