@@ -211,7 +211,8 @@ void QueuePair::write_chunk(uint32_t msn, uint64_t dest, std::span<const uint8_t
   std::vector<std::pair<uint64_t, uint64_t>> newer;  // [begin, end) that later WRITEs placed
   if (inbound_.size() > 1) {
     for (const auto& [other_msn, later] : inbound_) {
-      if (static_cast<int32_t>(other_msn - msn) <= 0 || later.failure ||
+      // A zero-length WRITE places nothing (and its range would underflow).
+      if (static_cast<int32_t>(other_msn - msn) <= 0 || later.failure || later.length == 0 ||
           (later.opcode != wire::Opcode::Write && later.opcode != wire::Opcode::WriteImm))
         continue;
       const uint64_t later_end = later.remote_addr + later.length;
