@@ -270,10 +270,7 @@ bool QueuePair::recover_stalled(ChunkRef& ref) {
       // connection resends what its paths lost, but after a path's RTO
       // backed off it may not have tried since. Resend it now, as an RDMA
       // NIC does on a local ACK timeout, so that every retry counted
-      // against retry_cnt is a retransmission that went unanswered. (The
-      // rocev2 profile's one path goes back N on its own timer; a packet
-      // slipped into its PSN stream would only cost it another rewind.)
-      if (endpoint_.config().profile == Profile::RoCEv2) return false;
+      // against retry_cnt is a retransmission that went unanswered.
       for (uint32_t c = 0; c < m.next_chunk; ++c) {
         if (m.acked.test(c)) continue;
         ref = {qpn_, m.msn, c, m.attempt, false};
