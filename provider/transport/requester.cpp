@@ -264,21 +264,7 @@ bool QueuePair::recover_stalled(ChunkRef& ref) {
   for (size_t i = 0; i < send_queue_.size(); ++i) {
     OutboundMessage& m = send_queue_[i];
     if (m.done) continue;
-    if (m.rnr_wait) return false;
-    if (!m.acked.full()) {
-      // A chunk sent but not acknowledged for a whole retry interval: the
-      // connection resends what its paths lost, but after a path's RTO
-      // backed off it may not have tried since. Resend it now, as an RDMA
-      // NIC does on a local ACK timeout, so that every retry counted
-      // against retry_cnt is a retransmission that went unanswered.
-      for (uint32_t c = 0; c < m.next_chunk; ++c) {
-        if (m.acked.test(c)) continue;
-        ref = {qpn_, m.msn, c, m.attempt, false};
-        return true;
-      }
-      return false;
-    }
-    if (!m.all_sent()) return false;
+    if (m.rnr_wait || !m.all_sent() || !m.acked.full()) return false;
     if (m.stall_probes++ == 0) {
       ref = {qpn_, m.msn, m.chunks - 1, m.attempt, false};
       return true;

@@ -317,11 +317,14 @@ INSTANTIATE_TEST_SUITE_P(Attacker, AttackerTransfer, ::testing::ValuesIn(all_cas
 TEST(AttackerNode, PathJumpIsRefusedOnAPathWithNothingReceivedYet) {
   // Responses are the data that starts on paths with nothing received: B
   // sends none before the first request. (A higher rate is a denial of
-  // service in integrity mode: each forgery costs a genuine datagram.)
+  // service in integrity mode: each forgery costs a genuine datagram. At
+  // 0.4 one-at-a-time atomics exceed retry_cnt on 7 of seeds 1 to 40; at
+  // 0.3 on seed 17 alone: the QP's retry timer counts its expiries while the
+  // connection's RTO backs off, not retransmissions that failed.)
   for (const Op op : {Op::Read, Op::Atomic}) {
     for (const uint64_t seed : {1, 2, 3, 4, 5}) {
       AttackerConfig config;
-      config.rate = 0.4;
+      config.rate = 0.3;
       config.attacks = {Attack::DataPathJump};
       const Outcome out = run({op, 0, wire::Security::Integrity}, seed, config);
       const AttackerReport& r = out.report;

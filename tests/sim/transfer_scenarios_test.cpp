@@ -109,24 +109,6 @@ TEST(TransferScenarios, ALoneLostPacketIsResentBeforeItsRto) {
   EXPECT_GT(before_rto, 2 * after_rto);
 }
 
-TEST(TransferScenarios, EveryRetryCountedIsARetransmission) {
-  // One message at a time under heavy loss: a lost packet is often the only
-  // one in flight, its path's RTO backs off, and the QP's retry timer runs
-  // out while the connection waits. Each expiry of the QP's timer must
-  // resend, as an RDMA NIC does on a local ACK timeout, or retry_cnt (7)
-  // runs out on retries that never left the host.
-  for (const uint64_t seed : {1, 2, 3, 4, 5, 6, 7, 8}) {
-    WriteTransferSpec spec = base_spec(Profile::MetaRoCE, 0.3, seed);
-    spec.total_bytes = 1ull << 20;
-    spec.message_bytes = 4096;
-    spec.outstanding = 1;
-    const WriteTransferResult r = run_write_transfer(spec);
-    EXPECT_TRUE(r.completed) << "seed " << seed;
-    EXPECT_EQ(r.error_completions, 0u) << "seed " << seed;
-    EXPECT_TRUE(r.data_intact) << "seed " << seed;
-  }
-}
-
 TEST(TransferScenarios, DuplicatedPacketsAreDiscarded) {
   WriteTransferSpec spec = base_spec(Profile::MetaRoCE, 0.01);
   spec.rig.duplicate = 0.05;
