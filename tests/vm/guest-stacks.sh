@@ -5,8 +5,9 @@
 # MTU), mr0 on one end and mr1 on the other; Debian's ucx-utils: ucx_info
 # lists the devices, ucx_perftest runs over rc_verbs (tag_bw, put_bw,
 # am_lat) and ud_verbs (tag_bw, am_lat) without and with 1% nftables loss,
-# beside UCX's tcp transport on the same links. Open MPI over the same
-# setup: guest-mpi.sh.
+# beside UCX's tcp transport on the same links, and perftest's ib_write_bw
+# and ib_send_lat beside put_bw and am_lat. Open MPI over the same setup:
+# guest-mpi.sh.
 # Prints "ok - ..." / "not ok - ..." lines and a results table; exits 0
 # only if all passed.
 # Under emulation the figures are functional, not performance.
@@ -63,10 +64,45 @@ perftest() {
   fi
 }
 
+# verbs NAME LOSS ARGS...: one perftest program (NAME) between the same
+# devices and namespaces, server ns1 and client ns0 as for ucx_perftest, so
+# that put_bw stands beside ib_write_bw and am_lat beside ib_send_lat on one
+# setup; records "typical latency us, average bandwidth MB/s" as ucx_perftest's.
+verbs() {
+  local name=$1 pct=$2; shift 2
+  local log=/tmp/verbs.$name.$pct gid0 gid1
+  gid0=$(gid_index mr0 10.0.0.1); gid1=$(gid_index mr1 10.0.0.2)
+  loss "$pct"
+  ip netns exec ns1 timeout 300 "$name" -d mr1 -x "$gid1" -F -p $PORT "$@" >"$log.server" 2>&1 &
+  local server=$!
+  if ! wait_tcp_listener -n ns1 -p "$server" -t 60 $PORT; then
+    not_ok "$name, loss $pct%: server did not listen"; tail -n 8 "$log.server" | sed 's/^/#   /'
+    kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; RESULT[$name,verbs,$pct]=fail; return
+  fi
+  local status=0 sstatus=0
+  ip netns exec ns0 timeout 300 "$name" -d mr0 -x "$gid0" -F -p $PORT "$@" 10.0.0.2 >"$log.client" 2>&1 || status=$?
+  wait "$server" || sstatus=$?
+  # The figures' line follows the "#bytes" header: ib_write_bw gives BW
+  # average (MB/s) in its 4th column, ib_send_lat t_typical (us) in its 5th.
+  local figures; figures=$(grep -A1 -E '^ *#bytes' "$log.client" | tail -1)
+  if [ $status -eq 0 ] && [ $sstatus -eq 0 ] && [ -n "$figures" ]; then
+    case $name in
+      ib_write_bw) RESULT[$name,verbs,$pct]=$(echo "$figures" | awk '{ print "-, " $4 " MB/s" }') ;;
+      *) RESULT[$name,verbs,$pct]=$(echo "$figures" | awk '{ print $5 " us, -" }') ;;
+    esac
+    pass "$name over mr0/mr1, loss $pct%: ${RESULT[$name,verbs,$pct]}"
+  else
+    not_ok "$name over mr0/mr1, loss $pct% (client $status, server $sstatus)"; tail -n 8 "$log.client" | sed 's/^/#   /'
+    RESULT[$name,verbs,$pct]=fail
+  fi
+}
+
 for pct in 0 1; do
   perftest tag_bw rc_verbs $pct -t tag_bw -s 65536 -n 100
   perftest put_bw rc_verbs $pct -t ucp_put_bw -s 65536 -n 100
+  verbs ib_write_bw $pct -s 65536 -n 100
   perftest am_lat rc_verbs $pct -t ucp_am_lat -s 8 -n 300
+  verbs ib_send_lat $pct -s 8 -n 300
   perftest tag_bw ud_verbs $pct -t tag_bw -s 65536 -n 100
   perftest am_lat ud_verbs $pct -t ucp_am_lat -s 8 -n 300
   perftest tag_bw tcp $pct -t tag_bw -s 65536 -n 100
@@ -74,8 +110,8 @@ done
 loss 0
 
 echo "# results (ucx_perftest Final: typical latency, average bandwidth; emulated, functional only)"
-printf '# %-8s %-9s %-24s %-24s\n' test tls "loss 0%" "loss 1%"
-for t in "tag_bw rc_verbs" "put_bw rc_verbs" "am_lat rc_verbs" "tag_bw ud_verbs" "am_lat ud_verbs" "tag_bw tcp"; do
+printf '# %-11s %-9s %-24s %-24s\n' test tls "loss 0%" "loss 1%"
+for t in "tag_bw rc_verbs" "put_bw rc_verbs" "ib_write_bw verbs" "am_lat rc_verbs" "ib_send_lat verbs" "tag_bw ud_verbs" "am_lat ud_verbs" "tag_bw tcp"; do
   read -r name tls <<<"$t"
-  printf '# %-8s %-9s %-24s %-24s\n' "$name" "$tls" "${RESULT[$name,$tls,0]:-}" "${RESULT[$name,$tls,1]:-}"
+  printf '# %-11s %-9s %-24s %-24s\n' "$name" "$tls" "${RESULT[$name,$tls,0]:-}" "${RESULT[$name,$tls,1]:-}"
 done
