@@ -367,6 +367,7 @@ void Connection::on_data(Time now, const wire::Packet& p, bool ce_marked) {
 
 void Connection::on_ack(Time now, const wire::Ack& ack) {
   ++endpoint_.counters_.rx_acks;
+  last_ack_rx_ = now;
   if (ack.rate_hint_mbps != 0 && ack.rate_hint_mbps < kMinRateHintMbps) ++endpoint_.counters_.rx_ignored_rate_hint;
   else rate_hint_bps_ = uint64_t{ack.rate_hint_mbps} * 1'000'000;
   for (uint8_t i = 0; i < ack.path_count; ++i) {
@@ -414,6 +415,40 @@ void Connection::detect_losses_by_time(Time now) {
     path.lost_by_time_unanswered = true;
     ++endpoint_.counters_.lost_by_time;
   }
+  probe_tail(now);
+}
+
+// The rule above needs a later packet to be acknowledged. The connection's
+// newest packet in flight has none: when it is lost (the last packet before
+// the sender waits for a reply, a lone credit), or its ACK is, only the RTO,
+// at least min_rto, would resend it. So it is resent once it is older than
+// twice its path's RTT plus the ACK delay, counted from the later of its
+// sending and the last ACK, with nothing sent at or after it acknowledged
+// (RACK's tail loss probe, RFC 8985 section 7). Once per tail: the next
+// probe waits for an ACK of new data. The path is not blamed (nothing says
+// it lost anything); its RTO still runs. after_send arms the timer.
+void Connection::probe_tail(Time now) {
+  if (tail_probed_) return;
+  SendPath* tail_path = nullptr;
+  for (SendPath& path : paths_) {
+    if (path.records.empty() || path.records.back().state != TxRecord::State::InFlight) continue;
+    if (!tail_path || path.records.back().sent > tail_path->records.back().sent) tail_path = &path;
+  }
+  if (!tail_path || !tail_path->rtt.has_sample()) return;
+  TxRecord& tail = tail_path->records.back();
+  if (latest_delivered_sent_ >= tail.sent) return;  // the rule above judges it
+  const Time probe_at = tail_probe_time(*tail_path, tail.sent);
+  if (now < probe_at) {
+    timed_loss_at_ = std::min(timed_loss_at_, probe_at);
+    return;
+  }
+  declare_lost(*tail_path, tail);
+  tail_probed_ = true;
+  ++endpoint_.counters_.tail_probes;
+}
+
+Time Connection::tail_probe_time(const SendPath& path, Time sent) const {
+  return std::max(sent, last_ack_rx_) + 2 * path.rtt.srtt() + endpoint_.ack_delay();
 }
 
 void Connection::on_path_sack(Time now, SendPath& path, const wire::PathSack& block, Time ack_delay) {
@@ -473,6 +508,7 @@ void Connection::on_path_sack(Time now, SendPath& path, const wire::PathSack& bl
     path.blamed_timeouts = 0;
     path.backoff = 0;
     path.lost_by_time_unanswered = false;
+    tail_probed_ = false;
     set_health(now, path, HealthEvent::NewDataAcked);
   }
   // Anything this far below the highest ACKed can no longer be reported.
@@ -821,6 +857,9 @@ void Connection::after_send(Time now, SendPath& path, uint32_t bytes) {
     conn_paced_ns_ = ceil_ns(conn_next_tx_ns_);
   }
   if (path.rto_deadline == kNever) path.rto_deadline = now + rto(path);
+  // This packet is the connection's tail now: arm its probe (probe_tail).
+  if (!tail_probed_ && path.rtt.has_sample() && !rocev2())
+    timed_loss_at_ = std::min(timed_loss_at_, tail_probe_time(path, now));
   ++path.stats.packets_sent;
   path.stats.bytes_sent += bytes;
 }

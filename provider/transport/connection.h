@@ -153,6 +153,8 @@ class Connection {
   // Loss detection across paths by time (RACK, RFC 8985, with the
   // connection's other paths as the reordering): see connection.cpp.
   void detect_losses_by_time(Time now);
+  void probe_tail(Time now);  // its tail loss probe; called by detect_losses_by_time
+  Time tail_probe_time(const SendPath& path, Time sent) const;
   void trim(SendPath& path);
   void path_timeout(Time now, SendPath& path);
   // Every change of a path's health goes through here, along the table in
@@ -222,6 +224,8 @@ class Connection {
   Time latest_delivered_sent_ = 0;
   Time timed_loss_at_ = kNever;  // when detect_losses_by_time is next due
   bool any_delivered_ = false;
+  Time last_ack_rx_ = 0;
+  bool tail_probed_ = false;  // probe_tail resent the tail; no new data acknowledged since
 
   // Receiver.
   std::array<ReceiveScoreboard, wire::kMaxPaths> scoreboards_{};

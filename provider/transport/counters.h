@@ -50,6 +50,7 @@ namespace metaroce::transport {
   X(tx_probes, "packets", "path probes sent")                                                                   \
   X(rto_expirations, "events", "retransmission timeouts of a path")                                             \
   X(lost_by_time, "packets", "declared lost: older than its path's RTT while later packets arrived on others")  \
+  X(tail_probes, "packets", "the connection's newest packet resent, two RTTs without an ACK (tail probe)")      \
   X(path_failures, "events", "paths declared failed")                                                           \
   X(path_recoveries, "events", "paths that answered a probe and carry data again")                              \
   X(plane_drains, "events", "paths drained because their plane went down")                                      \
