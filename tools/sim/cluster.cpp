@@ -74,10 +74,15 @@ Cluster::Cluster(const ClusterSpec& spec) : spec_(spec), sim_(spec.seed) {
   }
 }
 
+// NCCL's QP attributes: NCCL_IB_TIMEOUT 20 (4.096 us x 2^20, 4.3 s) and
+// NCCL_IB_RETRY_CNT 7 (the QpConfig default), as its net_ib.cc sets them.
+constexpr Time kNcclQpTimeoutNs = Time{4096} << 20;
+
 Cluster::QpPair Cluster::connect(uint32_t a, uint32_t b, uint16_t rail, uint32_t pd) {
   transport::Endpoint& ea = host(a, rail).endpoint();
   transport::Endpoint& eb = host(b, rail).endpoint();
-  const transport::QpConfig config;
+  transport::QpConfig config;
+  config.timeout_ns = kNcclQpTimeoutNs;
   QpPair pair;
   pair.qp_a = ea.create_qp(pd, cq(a, rail), cq(a, rail), config);
   pair.qp_b = eb.create_qp(pd, cq(b, rail), cq(b, rail), config);

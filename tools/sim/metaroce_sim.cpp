@@ -50,7 +50,9 @@ constexpr const char* kCollectiveScenario = R"(Default scenario (all in virtual 
   plane, sprayed), rocev2 (the engine's RoCEv2 profile, one endpoint per NIC,
   one path per connection, go-back-N, drop-tail fabric) and rocev2+pfc (the
   same on a lossless fabric: PFC at every switch port, XOFF 256 KiB, XON
-  248 KiB per ingress port).
+  248 KiB per ingress port). Every QP has NCCL's attributes: timeout 20
+  (4.3 s) and retry_cnt 7, so loss is repaired by the transports' own
+  timers, not the QP's.
   Workloads: allreduce (NCCL's ring: reduce-scatter then all-gather, two
   rings per plane as NCCL duplicates its rings, each rank's chunk sent as two
   or more slices of at most 512 KiB through 8 slots; 64 MiB per rank), alltoall
