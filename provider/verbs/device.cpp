@@ -161,6 +161,12 @@ bool resolve_kernel_device(Device& d) {
   return true;
 }
 
+bool resolve_plane(const std::string& netdev_or_ip, Device::Plane& plane) {
+  if (!resolve_address(netdev_or_ip, plane.address, plane.netdev, plane.ifindex)) return false;
+  plane.address_text = address_text_of(plane.address);
+  return true;
+}
+
 bool resolve_address(const std::string& netdev_or_ip, sockaddr_storage& out, std::string& netdev, uint32_t& ifindex) {
   std::memset(&out, 0, sizeof out);
   netdev.clear();
@@ -230,12 +236,10 @@ bool resolve_planes(const std::string& spec, std::vector<Device::Plane>& planes)
   while (true) {
     const size_t end = std::min(spec.find(',', start), spec.size());
     Device::Plane plane;
-    if (end == start || planes.size() == kMaxDevicePlanes ||
-        !resolve_address(spec.substr(start, end - start), plane.address, plane.netdev, plane.ifindex)) {
+    if (end == start || planes.size() == kMaxDevicePlanes || !resolve_plane(spec.substr(start, end - start), plane)) {
       if (end == start || planes.size() == kMaxDevicePlanes) errno = EINVAL;
       return false;
     }
-    plane.address_text = address_text_of(plane.address);
     for (const Device::Plane& other : planes) {
       if (other.address.ss_family != plane.address.ss_family || other.address_text == plane.address_text) {
         errno = EINVAL;

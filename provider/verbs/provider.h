@@ -109,6 +109,8 @@ extern const verbs_device_ops kDeviceOps;
 bool resolve_address(const std::string& netdev_or_ip, sockaddr_storage& out, std::string& netdev, uint32_t& ifindex);
 // The IP of an AF_INET or AF_INET6 address, as text.
 std::string address_text_of(const sockaddr_storage& address);
+// resolve_address into a plane, its address_text included.
+bool resolve_plane(const std::string& netdev_or_ip, Device::Plane& plane);
 Device* find_or_create_device(const char* name, const char* netdev_or_ip);
 
 // --- per-context objects --------------------------------------------------------

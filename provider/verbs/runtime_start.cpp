@@ -95,12 +95,10 @@ void adopt_daemon_planes(const Device& device, const std::vector<std::string>& n
   std::vector<Device::Plane> adopted{planes.front()};
   for (size_t k = 1; k < names.size(); ++k) {
     Device::Plane& plane = adopted.emplace_back();
-    if (!resolve_address(names[k], plane.address, plane.netdev, plane.ifindex) ||
-        plane.address.ss_family != planes.front().address.ss_family) {
+    if (!resolve_plane(names[k], plane) || plane.address.ss_family != planes.front().address.ss_family) {
       warn_once(device.name + ": metaroced's plane " + names[k] + " has no usable address; using one plane");
       return;
     }
-    plane.address_text = address_text_of(plane.address);
   }
   planes = std::move(adopted);
 }
@@ -178,6 +176,30 @@ uint32_t netdev_mtu(uint32_t ifindex) {
   return ok && mtu > 0 ? static_cast<uint32_t>(mtu) : kEthernetMtu;
 }
 
+namespace {
+
+// The runtime on a home port chosen here: o.home_port, or the first free one.
+std::unique_ptr<io::Runtime> start_locally(const Device& device, const Options& o, io::RuntimeOptions& ro,
+                                           std::string& error) {
+  const uint32_t first = o.home_port ? o.home_port : kHomePortBase;
+  const uint32_t last = o.home_port ? o.home_port + 1 : kHomePortBase + kHomePortCount;
+  int races = 0;
+  for (uint32_t port = first; port < last; ++port) {
+    if (!o.home_port && !port_looks_free(device.address, static_cast<uint16_t>(port))) continue;
+    ro.home_port = static_cast<uint16_t>(port);
+    ro.endpoint.qpn_base = qpn_base_for_port(ro.home_port);
+    ro.test_seed = test_seed_for(o, ro.home_port);
+    std::unique_ptr<io::Runtime> runtime = io::Runtime::create(ro, error);
+    if (runtime) return runtime;
+    // Another process may have taken the port since the probe.
+    if (o.home_port || ++races > 16 || error.find("in use") == std::string::npos) return nullptr;
+  }
+  if (error.empty()) error = "no free home port on " + device.address_text;
+  return nullptr;
+}
+
+}  // namespace
+
 std::unique_ptr<io::Runtime> start_runtime(const Device& device, Options& o, std::vector<Device::Plane>& planes,
                                            std::unique_ptr<DaemonClient>& daemon, std::string& error) {
   io::RuntimeOptions ro;
@@ -196,30 +218,16 @@ std::unique_ptr<io::Runtime> start_runtime(const Device& device, Options& o, std
   ro.endpoint.ack_delay_ns = o.ack_delay_ns;
   ro.endpoint.min_rto_ns = o.min_rto_ns;
   apply_planes(planes, o, ro);
+  std::unique_ptr<io::Runtime> runtime;
   // A home port the caller chose is theirs: no daemon then. One the kernel
   // chose is leased as it is.
-  if (o.use_daemon && (!o.home_port || o.home_port_from_kernel)) {
-    if (std::unique_ptr<io::Runtime> runtime = start_with_daemon(device, o, ro, planes, daemon)) {
-      if (o.mtu == 0) o.mtu = payload_for_planes(planes);
-      return runtime;
-    }
-  }
-  if (o.mtu == 0) o.mtu = payload_for_planes(planes);
-  const uint32_t first = o.home_port ? o.home_port : kHomePortBase;
-  const uint32_t last = o.home_port ? o.home_port + 1 : kHomePortBase + kHomePortCount;
-  int races = 0;
-  for (uint32_t port = first; port < last; ++port) {
-    if (!o.home_port && !port_looks_free(device.address, static_cast<uint16_t>(port))) continue;
-    ro.home_port = static_cast<uint16_t>(port);
-    ro.endpoint.qpn_base = qpn_base_for_port(ro.home_port);
-    ro.test_seed = test_seed_for(o, ro.home_port);
-    std::unique_ptr<io::Runtime> runtime = io::Runtime::create(ro, error);
-    if (runtime) return runtime;
-    // Another process may have taken the port since the probe.
-    if (o.home_port || ++races > 16 || error.find("in use") == std::string::npos) return nullptr;
-  }
-  if (error.empty()) error = "no free home port on " + device.address_text;
-  return nullptr;
+  if (o.use_daemon && (!o.home_port || o.home_port_from_kernel))
+    runtime = start_with_daemon(device, o, ro, planes, daemon);
+  if (!runtime) runtime = start_locally(device, o, ro, error);
+  // The payload the engine was given (apply_planes chose it when o.mtu was 0).
+  if (runtime && o.mtu == 0)
+    o.mtu = runtime->with_engine([](transport::Endpoint& e, transport::Time) { return e.config().mtu; });
+  return runtime;
 }
 
 }  // namespace metaroce::verbs
