@@ -72,6 +72,7 @@ bool ProvidedBuffers::parse(uint16_t id, int result, RxMessage& out) {
   out.length = io_uring_recvmsg_payload_length(header, result, &template_);
   out.segment = meta.gro_segment;
   out.ce = meta.ce;
+  out.arrival_realtime_ns = meta.arrival_realtime_ns;
   out.truncated = (header->flags & MSG_TRUNC) != 0;
   out.from = reinterpret_cast<const sockaddr_storage*>(io_uring_recvmsg_name(header));
   return true;

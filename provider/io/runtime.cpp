@@ -50,6 +50,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <future>
 #include <thread>
 
@@ -86,6 +87,30 @@ void log_fallback_once(const std::string& reason) {
     if (env == nullptr || *env == '\0') return;
     std::fprintf(stderr, "metaroce: io_uring unavailable (%s); using sendmmsg/recvmmsg\n", reason.c_str());
   });
+}
+
+int64_t realtime_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_REALTIME, &t);
+  return int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec;
+}
+
+// A longer wait than this in a socket buffer is taken for a step of the
+// wall clock, not a wait: the timestamp is then not used.
+constexpr int64_t kMaxSocketWaitNs = 1'000'000'000;
+
+// When a datagram with kernel receive timestamp `stamp` (CLOCK_REALTIME,
+// 0 = none) arrived, on the runtime's clock, given both clocks read at one
+// moment (`now`, `realtime`): the time it waited in the socket buffer for
+// the progress thread is taken off `now`. That wait is this host's, not
+// the network's: counted in RTT samples and in the holding times reported
+// to the peer, a descheduled progress thread (a busy-polling application
+// sharing its core, an emulated CPU) reads as queueing, and delay-based
+// congestion control shrinks the windows to nothing.
+transport::Time arrival_time(int64_t stamp, transport::Time now, int64_t realtime) {
+  const int64_t waited = realtime - stamp;
+  if (stamp == 0 || waited <= 0 || waited > kMaxSocketWaitNs || static_cast<uint64_t>(waited) >= now) return now;
+  return now - static_cast<uint64_t>(waited);
 }
 
 uint64_t drop_threshold(double probability) {
@@ -202,7 +227,9 @@ class RuntimeImpl final : public Runtime {
   void send_inline(TxBatch& batch);
   // Builds and hands a filled batch to the backend (progress thread).
   void send(IoBackend& io, TxBatch& batch);
-  void deliver(const RxMessage& message, transport::Time now);
+  // `realtime`: CLOCK_REALTIME read with `now`, to place the kernel's receive
+  // timestamps on the runtime's clock.
+  void deliver(const RxMessage& message, transport::Time now, int64_t realtime);
   void publish(const IoBackend& io);
   // The deadline the progress thread sleeps until after an iteration.
   static transport::Time sleep_deadline(bool batch_full, bool worked, transport::Time next, transport::Time clock);
@@ -508,10 +535,11 @@ void RuntimeImpl::progress_loop(IoBackend& io) {
     {
       std::lock_guard<std::mutex> lock(engine_mutex_);
       const transport::Time clock = now();
+      const int64_t realtime = realtime_ns();
       // The view first: a peer map it holds names sockets already published.
       peers_->refresh(view_);
       sync_path_sockets(io);
-      for (const RxMessage& message : received) deliver(message, clock);
+      for (const RxMessage& message : received) deliver(message, clock, realtime);
       if (engine_->next_wakeup() <= clock) engine_->on_timer(clock);
       while (!batch.full()) {
         const std::optional<transport::TxDatagram> datagram = engine_->poll_transmit(clock, batch.next_slot());
@@ -647,13 +675,14 @@ void RuntimeImpl::send_what_is_owed(IoBackend& io) {
   publish(io);
 }
 
-void RuntimeImpl::deliver(const RxMessage& message, transport::Time now) {
+void RuntimeImpl::deliver(const RxMessage& message, transport::Time now, int64_t realtime) {
   if (message.truncated || message.length == 0) {
     ++counters_.datagrams_received;
     if (message.truncated) ++counters_.truncated_drops;
     else ++counters_.unknown_sender_drops;
     return;
   }
+  const transport::Time arrival = arrival_time(message.arrival_realtime_ns, now, realtime);
   const uint32_t step = message.segment != 0 ? message.segment : message.length;
   if (step < message.length) ++counters_.gro_receives;
   PeerKey key;
@@ -682,7 +711,7 @@ void RuntimeImpl::deliver(const RxMessage& message, transport::Time now) {
       ++counters_.unknown_sender_drops;
       continue;
     }
-    engine_->on_datagram(now, peer, datagram, message.ce);
+    engine_->on_datagram(now, peer, datagram, message.ce, arrival);
   }
 }
 

@@ -45,6 +45,7 @@ RxMessage RxSlots::message(uint32_t i, uint32_t bytes) const {
   const RxMeta meta = parse_rx_control(h);
   m.segment = meta.gro_segment;
   m.ce = meta.ce;
+  m.arrival_realtime_ns = meta.arrival_realtime_ns;
   m.truncated = (h.msg_flags & MSG_TRUNC) != 0;
   m.from = &sources_[i];
   return m;

@@ -24,6 +24,7 @@ struct RxMessage {
   uint16_t segment = 0;  // 0: one datagram
   bool ce = false;
   bool truncated = false;
+  int64_t arrival_realtime_ns = 0;  // the kernel's receive timestamp (CLOCK_REALTIME); 0 = none
   const sockaddr_storage* from = nullptr;
 };
 

@@ -107,6 +107,9 @@ Fd open_udp_socket(const sockaddr_storage& local, int buffer_bytes, std::string&
       return Fd();
     }
   }
+  // Kernel receive timestamps (best effort): the engine measures RTTs from
+  // a datagram's arrival, not from when the progress thread got to it.
+  (void)setsockopt(fd.get(), SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);
   if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&local), address_length(local)) != 0) {
     bind_errno = errno;
     error = "bind " + format_address(local) + ": " + std::strerror(bind_errno);
@@ -161,6 +164,11 @@ RxMeta parse_rx_control(const msghdr& message) {
       int tclass = 0;
       std::memcpy(&tclass, CMSG_DATA(c), sizeof tclass);
       meta.ce = (tclass & 3) == 3;
+    } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS &&
+               c->cmsg_len >= CMSG_LEN(sizeof(timespec))) {
+      timespec at{};
+      std::memcpy(&at, CMSG_DATA(c), sizeof at);
+      meta.arrival_realtime_ns = int64_t{at.tv_sec} * 1'000'000'000 + at.tv_nsec;
     }
   }
   return meta;

@@ -84,10 +84,12 @@ inline constexpr size_t kTxControlBytes = 32;
 size_t write_gso_control(void* buffer, uint16_t segment_bytes);
 
 struct RxMeta {
-  uint16_t gro_segment = 0;  // UDP_GRO segment size; 0 = a single datagram
-  bool ce = false;           // IP ECN field == CE (0b11)
+  uint16_t gro_segment = 0;         // UDP_GRO segment size; 0 = a single datagram
+  bool ce = false;                  // IP ECN field == CE (0b11)
+  int64_t arrival_realtime_ns = 0;  // SO_TIMESTAMPNS: when the kernel received it; 0 = not given
 };
-// Reads UDP_GRO and IP_TOS/IPV6_TCLASS from a received message's control data.
+// Reads UDP_GRO, IP_TOS/IPV6_TCLASS and SO_TIMESTAMPNS from a received
+// message's control data.
 RxMeta parse_rx_control(const msghdr& message);
 
 }  // namespace metaroce::io

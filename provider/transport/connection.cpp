@@ -156,9 +156,19 @@ QueuePair* Connection::attached_qp(uint32_t qpn) const {
   return nullptr;
 }
 
+Time Connection::base_rto(const SendPath& path) const {
+  return path.rtt.rto(endpoint_.min_rto(), endpoint_.config().max_rto_ns, peer_ack_delay());
+}
+
+Time Connection::peer_ack_delay() const { return std::max(endpoint_.ack_delay(), peer_holding_); }
+
+void Connection::note_peer_holding(Time holding) {
+  peer_holding_ = holding >= peer_holding_ ? holding : (7 * peer_holding_ + holding) / 8;
+}
+
 Time Connection::rto(const SendPath& path) const {
   const EndpointConfig& c = endpoint_.config();
-  const Time base = path.rtt.rto(endpoint_.min_rto(), c.max_rto_ns);
+  const Time base = base_rto(path);
   return std::min<Time>(base << std::min(path.backoff, kMaxBackoffShift), c.max_rto_ns);
 }
 
@@ -247,15 +257,15 @@ void Connection::on_peer_restart() {
   for (SendPath& path : paths_) path.last_ce_count = 0;
 }
 
-void Connection::on_packet(Time now, const wire::Packet& packet, bool ce_marked) {
+void Connection::on_packet(Time now, const wire::Packet& packet, bool ce_marked, Time arrival) {
   ++rx_packets_;
   heard_cache_valid_ = false;
   if (packet.common.path_id < wire::kHeardPathBits) heard_at_[packet.common.path_id] = rx_packets_;
   for (uint16_t heard = packet.common.heard_paths; heard != 0; heard &= static_cast<uint16_t>(heard - 1))
     unheard_since_[__builtin_ctz(heard)] = kNever;
   switch (packet.common.type) {
-    case wire::PacketType::Data: on_data(now, packet, ce_marked); break;
-    case wire::PacketType::Ack: on_ack(now, packet.ack); break;
+    case wire::PacketType::Data: on_data(now, packet, ce_marked, arrival); break;
+    case wire::PacketType::Ack: on_ack(now, packet.ack, arrival); break;
     case wire::PacketType::Nak: on_nak(now, packet.nak); break;
     case wire::PacketType::Probe: {
       rx_path_count_ = std::max<uint16_t>(rx_path_count_, static_cast<uint16_t>(packet.common.path_id + 1));
@@ -278,7 +288,7 @@ void Connection::on_packet(Time now, const wire::Packet& packet, bool ce_marked)
   }
 }
 
-void Connection::on_data(Time now, const wire::Packet& p, bool ce_marked) {
+void Connection::on_data(Time now, const wire::Packet& p, bool ce_marked, Time arrival) {
   EndpointCounters& counters = endpoint_.counters_;
   const wire::DataHeader& h = p.data;
   const bool psn_filler = rocev2() && h.dst_qpn == kPsnFillerQpn;
@@ -349,7 +359,7 @@ void Connection::on_data(Time now, const wire::Packet& p, bool ce_marked) {
     const uint32_t highest_before = board.highest();
     const bool first = board.empty();
     board.record(h.path_seq, gap);
-    if (first || board.highest() != highest_before) highest_rx_time_[path_id] = now;
+    if (first || board.highest() != highest_before) highest_rx_time_[path_id] = arrival;
     if (gap) ack_now_ = true;
     if (ce_marked) scoreboards_[path_id].count_ce();
   } else if (ce_marked) {
@@ -360,12 +370,12 @@ void Connection::on_data(Time now, const wire::Packet& p, bool ce_marked) {
   if (unacked_packets_++ == 0) oldest_unacked_ = now;
   if (h.flags & wire::kFlagAckRequest) ack_now_ = true;
   rx_path_count_ = std::max<uint16_t>(rx_path_count_, static_cast<uint16_t>(path_id + 1));
-  last_data_rx_ = now;
+  last_data_rx_ = arrival;
   any_data_rx_ = true;
   count_rx_bytes(now, wire::kDataHeaderBytes + p.payload.size());
 }
 
-void Connection::on_ack(Time now, const wire::Ack& ack) {
+void Connection::on_ack(Time now, const wire::Ack& ack, Time arrival) {
   ++endpoint_.counters_.rx_acks;
   last_ack_rx_ = now;
   if (ack.rate_hint_mbps != 0 && ack.rate_hint_mbps < kMinRateHintMbps) ++endpoint_.counters_.rx_ignored_rate_hint;
@@ -373,7 +383,7 @@ void Connection::on_ack(Time now, const wire::Ack& ack) {
   for (uint8_t i = 0; i < ack.path_count; ++i) {
     const wire::PathSack& block = ack.paths[i];
     const Time holding = block.holding_ns != 0 ? block.holding_ns : ack.ack_delay_ns;
-    if (block.path_id < paths_.size()) on_path_sack(now, paths_[block.path_id], block, holding);
+    if (block.path_id < paths_.size()) on_path_sack(now, paths_[block.path_id], block, holding, arrival);
   }
   for (uint8_t i = 0; i < ack.stream_count; ++i) {
     QueuePair* qp = attached_qp(ack.streams[i].qpn);
@@ -405,7 +415,7 @@ void Connection::detect_losses_by_time(Time now) {
     TxRecord& newest = path.records.back();
     if (newest.state != TxRecord::State::InFlight || newest.sent >= latest_delivered_sent_) continue;
     const Time reorder = std::max(path.rtt.min_rtt() / 4, 2 * path.rtt.rttvar());
-    const Time lost_at = newest.sent + path.rtt.srtt() + endpoint_.ack_delay() + reorder;
+    const Time lost_at = newest.sent + path.rtt.srtt() + peer_ack_delay() + reorder;
     if (now < lost_at) {
       // No later ACK may come (the sender waits for this very packet).
       timed_loss_at_ = std::min(timed_loss_at_, lost_at);
@@ -448,10 +458,10 @@ void Connection::probe_tail(Time now) {
 }
 
 Time Connection::tail_probe_time(const SendPath& path, Time sent) const {
-  return std::max(sent, last_ack_rx_) + 2 * path.rtt.srtt() + endpoint_.ack_delay();
+  return std::max(sent, last_ack_rx_) + 2 * path.rtt.srtt() + peer_ack_delay();
 }
 
-void Connection::on_path_sack(Time now, SendPath& path, const wire::PathSack& block, Time ack_delay) {
+void Connection::on_path_sack(Time now, SendPath& path, const wire::PathSack& block, Time ack_delay, Time arrival) {
   const uint32_t highest = block.highest_seq;
   // A block that reports packets never sent on the path is not believed:
   // it would declare every packet in flight lost on every later ACK.
@@ -480,7 +490,10 @@ void Connection::on_path_sack(Time now, SendPath& path, const wire::PathSack& bl
         remove_inflight(path, record.bytes);
         acked_bytes += record.bytes;
         ++acked_packets;
-        if (seq == highest && now > record.sent + ack_delay) rtt_sample = now - record.sent - ack_delay;
+        if (seq == highest && arrival > record.sent + ack_delay) {
+          rtt_sample = arrival - record.sent - ack_delay;
+          note_peer_holding(ack_delay);
+        }
       }
       record.state = TxRecord::State::Acked;
       // Progress means a chunk acknowledged for the first time, not a probe
@@ -549,7 +562,7 @@ void Connection::on_nak(Time now, const wire::Nak& nak) {
     wire::PathSack block;
     block.highest_seq = nak.expected_seq - 1;
     block.ce_count = path.last_ce_count;
-    on_path_sack(now, path, block, 0);
+    on_path_sack(now, path, block, 0, now);
     if (!seq_after(nak.expected_seq, path.next_seq) && !path.records.empty()) {
       path.rewinding = true;
       path.rewind_seq = nak.expected_seq;
@@ -595,8 +608,7 @@ void Connection::queue_control(const Control& c) {
 
 void Connection::update_retry_base() {
   retry_base_ = endpoint_.min_rto();
-  for (const SendPath& path : paths_)
-    retry_base_ = std::max(retry_base_, path.rtt.rto(endpoint_.min_rto(), endpoint_.config().max_rto_ns));
+  for (const SendPath& path : paths_) retry_base_ = std::max(retry_base_, base_rto(path));
 }
 
 void Connection::path_timeout(Time now, SendPath& path) {

@@ -40,7 +40,8 @@ class Connection {
   void attach(QueuePair* qp);
   void detach(QueuePair* qp);
 
-  void on_packet(Time now, const wire::Packet& packet, bool ce_marked);
+  // `arrival` (<= now): when the packet reached the host (Endpoint::on_datagram).
+  void on_packet(Time now, const wire::Packet& packet, bool ce_marked, Time arrival);
   // The peer came back as a new incarnation (docs/spec.md 9.4): what we
   // recorded of its paths, and what it reported of ours, starts again.
   void on_peer_restart();
@@ -144,9 +145,9 @@ class Connection {
   // among the last few packets from the peer.
   uint16_t heard_paths() const;
   QueuePair* attached_qp(uint32_t qpn) const;
-  void on_data(Time now, const wire::Packet& packet, bool ce_marked);
-  void on_ack(Time now, const wire::Ack& ack);
-  void on_path_sack(Time now, SendPath& path, const wire::PathSack& block, Time ack_delay);
+  void on_data(Time now, const wire::Packet& packet, bool ce_marked, Time arrival);
+  void on_ack(Time now, const wire::Ack& ack, Time arrival);
+  void on_path_sack(Time now, SendPath& path, const wire::PathSack& block, Time ack_delay, Time arrival);
   void on_nak(Time now, const wire::Nak& nak);
   void on_probe_reply(Time now, const wire::Packet& packet);
   void declare_lost(SendPath& path, TxRecord& record);
@@ -175,6 +176,16 @@ class Connection {
   bool last_active(const SendPath& path) const;
 
   Time rto(const SendPath& path) const;
+  // srtt + 4 rttvar + the peer's ACK delay, within [min_rto, max_rto]: the
+  // RTO before backoff.
+  Time base_rto(const SendPath& path) const;
+  // The holding time the peer reports for the packets it acknowledges (its
+  // ACK delay, and any wait in its socket buffer for its progress thread),
+  // at least our own ACK delay: RTT samples leave it out, so timers add it
+  // (QUIC's max_ack_delay, RFC 9002 section 6.2.1). It follows a longer
+  // holding at once and a shorter one slowly.
+  Time peer_ack_delay() const;
+  void note_peer_holding(Time holding);
 
   // Recomputes retry_base_; called whenever a path's RTT estimate changes.
   void update_retry_base();
@@ -225,6 +236,7 @@ class Connection {
   Time timed_loss_at_ = kNever;  // when detect_losses_by_time is next due
   bool any_delivered_ = false;
   Time last_ack_rx_ = 0;
+  Time peer_holding_ = 0;     // see peer_ack_delay()
   bool tail_probed_ = false;  // probe_tail resent the tail; no new data acknowledged since
 
   // Receiver.

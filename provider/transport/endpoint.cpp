@@ -405,7 +405,7 @@ void Endpoint::set_peer_key(PeerId peer, const PairKey& key, uint8_t role) {
   peer_for(peer, true)->session.set_pair_key(key, role);
 }
 
-void Endpoint::on_datagram(Time now, PeerId from, std::span<const uint8_t> datagram, bool ce_marked) {
+void Endpoint::on_datagram(Time now, PeerId from, std::span<const uint8_t> datagram, bool ce_marked, Time arrival) {
   ++counters_.rx_datagrams;
   // Nothing is looked up or allocated for a datagram that is malformed or
   // fails its integrity check; nothing changes for one that fails any check.
@@ -505,7 +505,7 @@ void Endpoint::on_datagram(Time now, PeerId from, std::span<const uint8_t> datag
   }
   session.window(common.dst_epoch != 0).accept(number);
   session.heard(now);
-  peer->connection->on_packet(now, packet, ce_marked);
+  peer->connection->on_packet(now, packet, ce_marked, arrival != 0 && arrival <= now ? arrival : now);
 }
 
 size_t Endpoint::seal_datagram(PeerId peer, std::span<uint8_t> buf, size_t length) {

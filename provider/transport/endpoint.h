@@ -151,7 +151,12 @@ class Endpoint {
   // --- I/O ----------------------------------------------------------------
   // Every datagram is checked (trailer, epochs, packet number) before its
   // body is decoded; see docs/spec.md section 9.
-  void on_datagram(Time now, PeerId from, std::span<const uint8_t> datagram, bool ce_marked);
+  // `arrival`: when the datagram reached this host (a kernel receive
+  // timestamp, on the clock of `now`), if the driver knows it; 0 = now. RTT
+  // samples and the holding times this end reports are measured from it, so
+  // that time a datagram waited in a socket buffer for a descheduled
+  // progress thread does not read as network queueing (docs/spec.md 8.7).
+  void on_datagram(Time now, PeerId from, std::span<const uint8_t> datagram, bool ce_marked, Time arrival = 0);
   // A UdSend datagram, from any source: UD belongs to no connection.
   void on_ud_datagram(const UdAddresses& addresses, std::span<const uint8_t> datagram);
   void on_timer(Time now);

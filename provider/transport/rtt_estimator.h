@@ -40,7 +40,11 @@ class RttEstimator {
   // kNever until the first sample.
   Time min_rtt() const { return min_rtt_; }
   bool has_sample() const { return has_sample_; }
-  Time rto(Time min_rto, Time max_rto) const { return std::clamp(srtt_ + 4 * rttvar_, min_rto, max_rto); }
+  // RFC 6298's srtt + 4 rttvar, plus the peer's ACK delay that the samples
+  // leave out, within [min_rto, max_rto].
+  Time rto(Time min_rto, Time max_rto, Time ack_delay = 0) const {
+    return std::clamp(srtt_ + 4 * rttvar_ + ack_delay, min_rto, max_rto);
+  }
 
  private:
   Time srtt_ = 0;

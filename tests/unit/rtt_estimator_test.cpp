@@ -135,6 +135,16 @@ TEST(RttEstimator, RtoClamps) {
   EXPECT_EQ(e.rto(0, 0), 0u);
 }
 
+TEST(RttEstimator, RtoAddsThePeersAckDelay) {
+  // Samples leave out the time the peer held a packet before its ACK; the
+  // timer must wait for it too.
+  RttEstimator e(1);
+  e.on_sample(1000);
+  EXPECT_EQ(e.rto(0, 10'000, 700), 3700u);
+  EXPECT_EQ(e.rto(4000, 10'000, 700), 4000u) << "the minimum still holds";
+  EXPECT_EQ(e.rto(0, 3500, 700), 3500u) << "and the maximum";
+}
+
 TEST(RttEstimator, ResetForgetsSamples) {
   RttEstimator e(1000);
   e.on_sample(40);
