@@ -84,53 +84,50 @@ TEST(TransferScenarios, ReorderingAcrossPathsCausesNoSpuriousRetransmission) {
   EXPECT_LT(static_cast<double>(r.sender.tx_retransmits), 0.001 * r.sender.tx_data_packets);
 }
 
-TEST(TransferScenarios, ALoneLostPacketIsResentBeforeItsRto) {
-  // One-packet WRITEs, two in flight over four paths: each packet is the
-  // newest on its path, so no later packet on the path reveals its loss; the
-  // other message's packet, delivered on another path, does
-  // (Connection::detect_losses_by_time). Only a loss with no later packet in
-  // flight anywhere has to wait for the RTO.
+// Messages of one packet each, `outstanding` at a time, at 5% loss: how many
+// needed a recovery and got it before the minimum RTO, and how many after.
+struct Recoveries {
+  WriteTransferResult result;
+  size_t before_rto = 0;
+  size_t after_rto = 0;
+};
+Recoveries one_packet_messages(uint32_t outstanding, uint64_t total_bytes) {
   WriteTransferSpec spec = base_spec(Profile::MetaRoCE, 0.05);
-  spec.total_bytes = 4ull << 20;
+  spec.total_bytes = total_bytes;
   spec.message_bytes = 4096;
-  spec.outstanding = 2;
-  const WriteTransferResult r = run_write_transfer(spec);
-  ASSERT_TRUE(r.completed);
-  EXPECT_TRUE(r.data_intact);
-  EXPECT_GT(r.sender.lost_by_time, 0u);
+  spec.outstanding = outstanding;
+  Recoveries r{run_write_transfer(spec)};
+  EXPECT_TRUE(r.result.completed);
+  EXPECT_TRUE(r.result.data_intact);
   const Time base_rtt = spec.rig.endpoint.base_rtt_ns;
   const Time min_rto = 4 * base_rtt;
-  size_t before_rto = 0, after_rto = 0;  // messages that needed a recovery
-  for (Time fct : r.fct_ns) {
-    if (fct >= min_rto) ++after_rto;
-    else if (fct > 2 * base_rtt) ++before_rto;
+  for (Time fct : r.result.fct_ns) {
+    if (fct >= min_rto) ++r.after_rto;
+    else if (fct > 2 * base_rtt) ++r.before_rto;
   }
+  return r;
+}
+
+TEST(TransferScenarios, ALoneLostPacketIsResentBeforeItsRto) {
+  // Two in flight over four paths: each packet is the newest on its path, so
+  // no later packet on the path reveals its loss; the other message's
+  // packet, delivered on another path, does
+  // (Connection::detect_losses_by_time). Only a loss with no later packet in
+  // flight anywhere has to wait for the RTO.
+  const Recoveries r = one_packet_messages(2, 4ull << 20);
+  EXPECT_GT(r.result.sender.lost_by_time, 0u);
   // 71 against 28 here; without the detection by time, 21 against 98.
-  EXPECT_GT(before_rto, 2 * after_rto);
+  EXPECT_GT(r.before_rto, 2 * r.after_rto);
 }
 
 TEST(TransferScenarios, ALostTailIsProbedBeforeItsRto) {
-  // One-packet WRITEs, one in flight: each packet is the connection's newest,
-  // so nothing sent after it can reveal its loss (or its ACK's); the tail
-  // loss probe resends it after two RTTs instead of the RTO
-  // (Connection::probe_tail).
-  WriteTransferSpec spec = base_spec(Profile::MetaRoCE, 0.05);
-  spec.total_bytes = 2ull << 20;
-  spec.message_bytes = 4096;
-  spec.outstanding = 1;
-  const WriteTransferResult r = run_write_transfer(spec);
-  ASSERT_TRUE(r.completed);
-  EXPECT_TRUE(r.data_intact);
-  EXPECT_GT(r.sender.tail_probes, 0u);
-  const Time base_rtt = spec.rig.endpoint.base_rtt_ns;
-  const Time min_rto = 4 * base_rtt;
-  size_t before_rto = 0, after_rto = 0;  // messages that needed a recovery
-  for (Time fct : r.fct_ns) {
-    if (fct >= min_rto) ++after_rto;
-    else if (fct > 2 * base_rtt) ++before_rto;
-  }
+  // One in flight: each packet is the connection's newest, so nothing sent
+  // after it can reveal its loss (or its ACK's); the tail loss probe resends
+  // it after two RTTs instead of the RTO (Connection::probe_tail).
+  const Recoveries r = one_packet_messages(1, 2ull << 20);
+  EXPECT_GT(r.result.sender.tail_probes, 0u);
   // 31 against 3 here; without the probe, 0 against 34.
-  EXPECT_GT(before_rto, 2 * after_rto);
+  EXPECT_GT(r.before_rto, 2 * r.after_rto);
 }
 
 TEST(TransferScenarios, DuplicatedPacketsAreDiscarded) {
