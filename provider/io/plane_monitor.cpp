@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #include "plane_monitor.h"
+#include "library_thread.h"
 
 #include <net/if.h>
 #include <netlink/cache.h>
@@ -43,7 +44,7 @@ class PlaneMonitorImpl final : public PlaneMonitor {
       error = std::string("rtnetlink: ") + nl_geterror(err);
       return false;
     }
-    thread_ = std::thread([this] { run(); });
+    thread_ = start_library_thread([this] { run(); });
     return true;
   }
 

@@ -62,6 +62,7 @@
 #include "metaroce/splitmix64.h"
 #include "ud_queue_pair.h"
 #include "udp_socket.h"
+#include "library_thread.h"
 
 namespace metaroce::io {
 namespace {
@@ -476,7 +477,7 @@ bool RuntimeImpl::start(std::string& error) {
 
   std::promise<std::string> started;
   std::future<std::string> result = started.get_future();
-  thread_ = std::thread([this, &started] { run(started); });
+  thread_ = start_library_thread([this, &started] { run(started); });
   error = result.get();
   if (!error.empty()) {
     thread_.join();

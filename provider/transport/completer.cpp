@@ -54,7 +54,8 @@ void QueuePair::complete_send_wr(const OutboundMessage& m, WcStatus status) {
 
 void QueuePair::advance_requester() {
   while (!send_queue_.empty() && send_queue_.front().done) {
-    const OutboundMessage front = std::move(send_queue_.front());
+    // The popped slot keeps its value until a post reuses it (ring_queue.h).
+    const OutboundMessage& front = send_queue_.front();
     send_queue_.pop_front();
     if (send_cursor_ > 0) --send_cursor_;
     complete_send_wr(front, front.status);

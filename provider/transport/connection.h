@@ -8,7 +8,6 @@
 
 #include <array>
 #include <cstdint>
-#include <deque>
 #include <span>
 #include <vector>
 
@@ -19,6 +18,7 @@
 #include "receive_scoreboard.h"
 #include "rtt_estimator.h"
 #include "types.h"
+#include "ring_queue.h"
 
 namespace metaroce::transport {
 
@@ -92,7 +92,7 @@ class Connection {
     uint16_t id;
     PathHealth health = PathHealth::Active;
     uint32_t next_seq = 0;
-    std::deque<TxRecord> records;  // records[i] has path_seq first_seq + i
+    RingQueue<TxRecord> records;  // records[i] has path_seq first_seq + i
     uint32_t first_seq = 0;
     uint32_t inflight_bytes = 0;
     bool any_acked = false;
@@ -223,7 +223,7 @@ class Connection {
 
   // Sender.
   std::vector<SendPath> paths_;
-  std::deque<Retransmit> retransmits_;
+  RingQueue<Retransmit> retransmits_;
   double conn_next_tx_ns_ = 0;         // pacing at the peer's rate hint
   Time conn_paced_ns_ = 0;             // ceil(conn_next_tx_ns_)
   Time earliest_paced_ns_ = 0;         // the paths' smallest paced_ns
@@ -272,7 +272,7 @@ class Connection {
   Time rx_window_start_ = 0;
   uint64_t rx_window_bytes_ = 0, rx_prev_window_bytes_ = 0;
 
-  std::deque<Control> control_;
+  RingQueue<Control> control_;
 };
 
 }  // namespace metaroce::transport

@@ -2,7 +2,6 @@
 #include "endpoint.h"
 
 #include <algorithm>
-#include <deque>
 
 #include "connection.h"
 #include "metaroce/qp_rules.h"
@@ -11,6 +10,7 @@
 #include "shared_receive_queue.h"
 #include "metaroce/splitmix64.h"
 #include "ud_queue_pair.h"
+#include "ring_queue.h"
 
 namespace metaroce::transport {
 
@@ -44,7 +44,7 @@ int qp_rules_state(QpState state) {
 
 struct Endpoint::CompletionQueue {
   uint32_t capacity = 0;
-  std::deque<Completion> entries;
+  RingQueue<Completion> entries;
 };
 
 Endpoint::Endpoint(const EndpointConfig& config)
@@ -158,8 +158,10 @@ size_t Endpoint::poll_cq(uint32_t cq, std::span<Completion> out) {
   if (it == cqs_.end()) return 0;
   auto& entries = it->second->entries;
   const size_t n = std::min(out.size(), entries.size());
-  std::copy_n(entries.begin(), n, out.begin());
-  entries.erase(entries.begin(), entries.begin() + static_cast<std::ptrdiff_t>(n));
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = entries.front();
+    entries.pop_front();
+  }
   return n;
 }
 

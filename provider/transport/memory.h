@@ -5,13 +5,13 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <optional>
 #include <span>
 #include <vector>
 
 #include "metaroce/splitmix64.h"
 #include "types.h"
+#include "ring_queue.h"
 
 namespace metaroce::transport {
 
@@ -73,7 +73,7 @@ class MemoryRegistry {
   };
   uint32_t next_random();
   std::vector<Slot> slots_;
-  std::deque<uint32_t> free_;  // oldest first
+  RingQueue<uint32_t> free_;  // oldest first
   size_t live_ = 0;
   SplitMix64 rng_;
   GuardedRead guarded_read_ = nullptr;

@@ -106,6 +106,18 @@ struct OutboundMessage {
 
   bool all_sent() const { return next_chunk >= chunks; }
   bool needs_response() const { return wire::needs_response(opcode); }
+
+  // Back to a default message that keeps the storage of `owned` and of the
+  // chunk sets, for the next message a queue slot holds (ring_queue.h).
+  void reset_keeping_storage() {
+    OutboundMessage fresh;
+    fresh.owned.swap(owned);
+    fresh.owned.clear();
+    std::swap(fresh.acked, acked);
+    std::swap(fresh.ever_acked, ever_acked);
+    std::swap(fresh.response_received, response_received);
+    *this = std::move(fresh);
+  }
 };
 
 // Why a request cannot be carried out: what the requester is told, and the

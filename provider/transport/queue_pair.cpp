@@ -77,7 +77,7 @@ const OutboundMessage* QueuePair::find_message(const ChunkRef& ref) const {
 
 void QueuePair::flush() {
   while (!send_queue_.empty()) {
-    OutboundMessage m = std::move(send_queue_.front());
+    const OutboundMessage& m = send_queue_.front();  // kept until reused (ring_queue.h)
     send_queue_.pop_front();
     complete_send_wr(m, WcStatus::WorkRequestFlushed);
   }

@@ -10,7 +10,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <optional>
 #include <span>
@@ -20,6 +19,7 @@
 #include "metaroce/wire.h"
 #include "queue_pair_common.h"
 #include "types.h"
+#include "ring_queue.h"
 
 namespace metaroce::transport {
 
@@ -193,7 +193,7 @@ class QueuePair final : public QueuePairCommon {
   uint32_t peer_epoch_ = 0;  // 0 until bind_peer_epoch()
 
   // Requester.
-  std::deque<OutboundMessage> send_queue_;  // msn order, front = oldest incomplete
+  RingQueue<OutboundMessage> send_queue_;  // msn order, front = oldest incomplete
   // At least the number of messages in send_queue_ with rnr_wait set (exact
   // after on_timer), so that the timer paths skip the queue in the common
   // case where no RNR NAK is pending.
@@ -208,9 +208,9 @@ class QueuePair final : public QueuePairCommon {
   // Responder. recv_queue_[i] is the WQE of receive ordinal recv_consumed_ + i.
   uint32_t recv_consumed_ = 0;  // receive WQEs completed so far
   uint32_t completed_msn_ = 0;
-  std::map<uint32_t, InboundMessage> inbound_;                // msn > completed_msn_
-  std::map<uint32_t, OutboundMessage> responses_;             // owed READ/atomic responses
-  std::deque<std::pair<uint32_t, uint64_t>> atomic_results_;  // (msn, original), newest last
+  std::map<uint32_t, InboundMessage> inbound_;               // msn > completed_msn_
+  std::map<uint32_t, OutboundMessage> responses_;            // owed READ/atomic responses
+  RingQueue<std::pair<uint32_t, uint64_t>> atomic_results_;  // (msn, original), newest last
   bool ack_dirty_ = false;
   // Last (msn, attempt) NAKed for RNR, to send one NAK per attempt.
   uint32_t rnr_nak_msn_ = 0;
@@ -218,7 +218,7 @@ class QueuePair final : public QueuePairCommon {
   // The NAK of the request that sent the QP to the error state.
   std::optional<wire::Nak> fatal_;
   int fatal_naked_attempt_ = -1;
-  std::deque<wire::Nak> abandoned_;  // READs given up, newest last
+  RingQueue<wire::Nak> abandoned_;  // READs given up, newest last
 };
 
 }  // namespace metaroce::transport

@@ -5,9 +5,9 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 
 #include "types.h"
+#include "ring_queue.h"
 
 namespace metaroce::transport {
 
@@ -47,7 +47,7 @@ class QueuePairCommon {
   const uint32_t recv_cq_;
   SharedReceiveQueue* const srq_;
   QpState state_ = QpState::Reset;
-  std::deque<RecvWr> recv_queue_;
+  RingQueue<RecvWr> recv_queue_;
 };
 
 }  // namespace metaroce::transport

@@ -25,7 +25,10 @@ PostResult QueuePair::post_send(const SendWr& wr) {
   const uint64_t length = sge_total_length(sges);
   if (length > kMaxMessageBytes) return PostResult::InvalidArgument;
 
-  OutboundMessage m;
+  // Built in the queue's next slot, committed once valid: no allocation
+  // (ring_queue.h).
+  OutboundMessage& m = send_queue_.back_slot();
+  m.reset_keeping_storage();
   m.wr_id = wr.wr_id;
   m.signaled = wr.signaled;
   m.fence = wr.fence;
@@ -98,8 +101,8 @@ PostResult QueuePair::post_send(const SendWr& wr) {
   m.ever_acked.reset(m.chunks);
   if (m.opcode == wire::Opcode::ReadRequest) m.response_received.reset(chunk_count(m.length, mtu()));
   if (m.done) m.next_chunk = m.chunks;  // never transmitted
-  send_queue_.push_back(std::move(m));
-  if (send_queue_.back().done) advance_requester();
+  send_queue_.commit_back();
+  if (m.done) advance_requester();
   return PostResult::Ok;
 }
 

@@ -446,7 +446,7 @@ bool QueuePair::execute_atomic(uint32_t msn, const InboundMessage& m) {
     __atomic_compare_exchange_n(target, &original, m.atomic.swap, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
   }
   ++endpoint_.counters_.atomics_executed;
-  atomic_results_.emplace_back(msn, original);
+  atomic_results_.push_back({msn, original});
   if (atomic_results_.size() > kAtomicResultCache) atomic_results_.pop_front();
   queue_atomic_response(msn, original);
   return true;

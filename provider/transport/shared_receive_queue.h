@@ -9,10 +9,10 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <optional>
 
 #include "types.h"
+#include "ring_queue.h"
 
 namespace metaroce::transport {
 
@@ -42,7 +42,7 @@ class SharedReceiveQueue {
   const uint32_t pd_;
   uint32_t max_wr_;
   uint32_t limit_ = 0;
-  std::deque<RecvWr> wqes_;
+  RingQueue<RecvWr> wqes_;
 };
 
 }  // namespace metaroce::transport

@@ -9,7 +9,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <optional>
 #include <span>
 #include <vector>
@@ -19,6 +18,7 @@
 #include "metaroce/wire.h"
 #include "queue_pair_common.h"
 #include "types.h"
+#include "ring_queue.h"
 
 namespace metaroce::transport {
 
@@ -74,7 +74,7 @@ class UdQueuePair final : public QueuePairCommon {
   const QpConfig config_;
   const uint32_t max_message_;
   uint32_t qkey_ = 0;
-  std::deque<Pending> pending_;
+  RingQueue<Pending> pending_;
   std::vector<uint8_t> scratch_;  // GRH + message, scattered into a receive
 };
 

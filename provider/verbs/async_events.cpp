@@ -19,12 +19,13 @@
 #include <cerrno>
 
 #include "provider.h"
+#include "library_thread.h"
 
 namespace metaroce::verbs {
 
 AsyncEventForwarder::AsyncEventForwarder(int kernel_fd, int out_fd) : kernel_fd_(kernel_fd), out_fd_(out_fd) {
   if (::pipe2(stop_, O_CLOEXEC) != 0) stop_[0] = stop_[1] = -1;
-  thread_ = std::thread([this] { run(); });
+  thread_ = io::start_library_thread([this] { run(); });
 }
 
 AsyncEventForwarder::~AsyncEventForwarder() {

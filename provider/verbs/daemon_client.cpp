@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #include "daemon_client.h"
+#include "library_thread.h"
 
 #include <arpa/inet.h>
 #include <poll.h>
@@ -255,7 +256,7 @@ void DaemonClient::attach(io::Runtime* runtime, std::string device, uint32_t sta
   device_ = std::move(device);
   stats_interval_ms_ = stats_interval_ms;
   if (pending_policy_) apply(*pending_policy_);
-  thread_ = std::thread([this] { run(); });
+  thread_ = io::start_library_thread([this] { run(); });
 }
 
 void DaemonClient::apply(const ctl::Policy& policy) { apply_policy(*runtime_, policy, baseline_, baseline_rate_hint_); }

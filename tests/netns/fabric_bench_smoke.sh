@@ -18,7 +18,7 @@ command -v ib_write_bw >/dev/null 2>&1 || skip "ib_write_bw not installed (apt-g
     { cat "$WORK/rows.json" "$WORK/bench.err" >&2; fail "fabric-bench failed"; }
 cat "$WORK/rows.json"
 
-python3 - "$WORK/rows.json" <<'PY' || fail "fabric-bench rows do not hold up (above)"
+if ! python3 - "$WORK/rows.json" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 latency = [r for r in rows if r["scenario"] == "latency"]
@@ -50,4 +50,8 @@ for tool in ("ib_write_bw", "metaroce-perf"):
     print(f"# {tool} at 10% loss: metaroce {m} Gb/s, rocev2 {v} Gb/s")
     assert m > 2 * v and m > 0.05, f"{tool}: metaroce {m} Gb/s, rocev2 {v} Gb/s"
 PY
+then
+  cat "$WORK/bench.err" >&2  # with the threads of any run that hung
+  fail "fabric-bench rows do not hold up (above)"
+fi
 pass "fabric-bench rows complete; metaroce beats rocev2 at 10% loss"

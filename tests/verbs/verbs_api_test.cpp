@@ -11,10 +11,17 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/ioctl.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <new>
+#include <string>
 #include <chrono>
+#include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <numeric>
 #include <thread>
@@ -24,6 +31,29 @@
 #include "ibverbs_private.h"
 #include "metaroce/metaroce_dv.h"
 #include "metaroce/wire.h"
+
+// Every operator new in the process (the provider's too) counts on the
+// calling thread while that thread's counter is armed: see
+// SteadyStatePostAndPollDoNotAllocate.
+namespace {
+thread_local bool count_allocations = false;
+thread_local uint64_t allocations = 0;
+}  // namespace
+
+void* operator new(size_t size) {
+  if (count_allocations) ++allocations;
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+namespace {
+// Not inlined: GCC would take free() of a pointer from operator new for a mismatch.
+[[gnu::noinline]] void release(void* p) {
+  if (count_allocations && p) ++allocations;
+  std::free(p);
+}
+}  // namespace
+void operator delete(void* p) noexcept { release(p); }
+void operator delete(void* p, size_t) noexcept { release(p); }
 
 namespace {
 
@@ -1461,6 +1491,98 @@ TEST_F(VerbsTest, ManyQueuePairsAtOnce) {
   for (const ibv_wc& w : rw) EXPECT_EQ(w.status, IBV_WC_SUCCESS);
   EXPECT_EQ(wait_wc(a.scq, kPairs).size(), static_cast<size_t>(kPairs));
   EXPECT_EQ(src.bytes, dst.bytes);
+}
+
+// The application's thread runs the engine in post and poll (and sends what
+// they made due itself): once its queues reached their working depth, none
+// of that may allocate, as a NIC's work and completion queues do not.
+// perftest -D calls fopen in its SIGALRM handler: a signal landing inside
+// malloc deadlocked it (ring_queue.h).
+TEST_F(VerbsTest, SteadyStatePostAndPollDoNotAllocate) {
+  pair();
+  constexpr uint32_t kSize = 64 * 1024;
+  constexpr uint32_t kInline = 64;
+  Buffer& src = a.buffer(kSize);
+  Buffer& dst = b.buffer(kSize);
+  Buffer& back = a.buffer(kSize);
+  fill(src, 5);
+  ibv_sge write_sge = sge(src, 0, kSize);
+  ibv_sge read_sge = sge(back, 0, kSize);
+  ibv_sge send_sge = sge(src, 0, kInline);
+  ibv_sge recv_sge = sge(dst, 0, kSize);
+  ibv_send_wr wrs[3]{};
+  wrs[0].opcode = IBV_WR_RDMA_WRITE;
+  wrs[0].sg_list = &write_sge;
+  wrs[0].wr.rdma = {dst.addr(), dst.mr->rkey};
+  wrs[1].opcode = IBV_WR_RDMA_READ;
+  wrs[1].sg_list = &read_sge;
+  wrs[1].wr.rdma = {dst.addr(), dst.mr->rkey};
+  wrs[2].opcode = IBV_WR_SEND;
+  wrs[2].send_flags = IBV_SEND_INLINE;
+  wrs[2].sg_list = &send_sge;
+  for (int i = 0; i < 2; ++i) wrs[i].next = &wrs[i + 1];
+  for (ibv_send_wr& wr : wrs) wr.num_sge = 1;
+  ibv_recv_wr recv{};
+  recv.sg_list = &recv_sge;
+  recv.num_sge = 1;
+
+  // One round: a receive, then a WRITE, a READ and an inline SEND, polled
+  // until all four complete. Returns false on an error or after 10 s.
+  const auto round = [&] {
+    ibv_recv_wr* bad_recv = nullptr;
+    ibv_send_wr* bad_send = nullptr;
+    if (ibv_post_recv(qb, &recv, &bad_recv) != 0 || ibv_post_send(qa, wrs, &bad_send) != 0) return false;
+    int sends = 0, recvs = 0;
+    ibv_wc wc[8];
+    const auto deadline = Clock::now() + kTimeout;
+    while ((sends < 3 || recvs < 1) && Clock::now() < deadline) {
+      const int n = ibv_poll_cq(a.scq, 8, wc);
+      const int m = ibv_poll_cq(b.rcq, 8, wc + 4);
+      for (int i = 0; i < n; ++i) sends += wc[i].status == IBV_WC_SUCCESS ? 1 : 100;
+      for (int i = 0; i < m; ++i) recvs += wc[4 + i].status == IBV_WC_SUCCESS ? 1 : 100;
+    }
+    return sends == 3 && recvs == 1;
+  };
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE(round()) << "warm-up round " << i;
+
+  count_allocations = true;
+  allocations = 0;
+  bool ok = true;
+  for (int i = 0; i < 500 && ok; ++i) ok = round();
+  count_allocations = false;
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(allocations, 0u) << "allocations or frees by 500 rounds of post and poll";
+  EXPECT_EQ(std::memcmp(back.data(), src.data(), kSize), 0);
+
+  // The count sees the provider's allocations: creating a CQ makes some.
+  count_allocations = true;
+  allocations = 0;
+  ibv_cq* cq = ibv_create_cq(a.ctx, 16, nullptr, nullptr, 0);
+  count_allocations = false;
+  ASSERT_NE(cq, nullptr);
+  EXPECT_GT(allocations, 0u);
+  EXPECT_EQ(ibv_destroy_cq(cq), 0);
+}
+
+// Signals the application directs at its process (alarm(), SIGINT) reach
+// its own threads, never one the provider started: each of those blocks them.
+TEST_F(VerbsTest, ProviderThreadsBlockAsynchronousSignals) {
+  pair();
+  const std::string self = std::to_string(gettid());
+  int threads = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    if (task.path().filename() == self) continue;
+    std::ifstream status(task.path() / "status");
+    std::string line;
+    uint64_t blocked = 0;
+    while (std::getline(status, line))
+      if (line.rfind("SigBlk:", 0) == 0) blocked = std::stoull(line.substr(7), nullptr, 16);
+    for (int sig : {SIGALRM, SIGINT, SIGTERM, SIGCHLD, SIGUSR1})
+      EXPECT_TRUE(blocked & (uint64_t{1} << (sig - 1)))
+          << "thread " << task.path().filename() << " takes signal " << sig;
+    ++threads;
+  }
+  EXPECT_GE(threads, 2) << "each context runs a progress thread";
 }
 
 }  // namespace
