@@ -52,6 +52,13 @@ namespace {
   std::free(p);
 }
 }  // namespace
+// The provider allocates with new (std::nothrow) too: replaced alike, so
+// that every delete below frees what malloc gave (ASan checks the pairing).
+void* operator new(size_t size, const std::nothrow_t&) noexcept {
+  if (count_allocations) ++allocations;
+  return std::malloc(size == 0 ? 1 : size);
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept { release(p); }
 void operator delete(void* p) noexcept { release(p); }
 void operator delete(void* p, size_t) noexcept { release(p); }
 
