@@ -51,6 +51,27 @@ recv=$(json "$WORK/recv.json" 'd["packets"]')
 (( d1 - d0 > 1000 )) || fail "p1 carried only $((d1 - d0)) packets after blackhole off"
 pass "blackhole off restores p1 ($((d1 - d0)) packets) and delivery ($recv of $sent)"
 
+# after:BYTES: the path carries that many bytes (IP length) in a direction,
+# then drops everything: 140 packets of 1428 (a 1400-byte payload in UDP/IPv4).
+offered0=$(stat 1 left_to_right offered_packets)
+dropped0=$(stat 1 left_to_right blackhole_drops)
+fab set 1 --blackhole after:$((140 * 1428))
+[[ $(fab status --json | json - 'd["paths"][1]["blackhole_after_bytes"]') == $((140 * 1428)) ]] ||
+    fail "status does not show the after:BYTES blackhole"
+blast 1 --ports 64 --sport-base 47000 --payload 1400 --rate 500
+offered=$(( $(stat 1 left_to_right offered_packets) - offered0 ))
+dropped=$(( $(stat 1 left_to_right blackhole_drops) - dropped0 ))
+(( offered > 1000 )) || fail "too few packets on p1 ($offered) to judge after:BYTES"
+(( offered - dropped == 140 )) || fail "after:$((140 * 1428)) passed $((offered - dropped)) packets of 1428 bytes, not 140"
+pass "blackhole after:$((140 * 1428)) passed 140 packets on p1, then dropped $dropped"
+fab set 1 --blackhole off
+for bad in after:0 after:-5 after:1k sometimes; do
+    rc=0
+    fab set 1 --blackhole "$bad" >/dev/null 2>"$WORK/err" || rc=$?
+    (( rc != 0 )) && grep -q "after:BYTES" "$WORK/err" || fail "--blackhole $bad: exit $rc, $(cat "$WORK/err")"
+done
+pass "--blackhole refuses after:0, after:-5, after:1k, sometimes: $(cat "$WORK/err")"
+
 # Blackhole on all paths: nothing gets through.
 fab set all --blackhole on
 blast 0.5 --ports 16 --payload 1400 --rate 200

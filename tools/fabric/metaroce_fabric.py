@@ -153,6 +153,20 @@ def parse_loss(text):
     raise FabricError(f"bad loss value: {text} (use a fraction like 0.01 or a percentage like 1%)")
 
 
+def normalize_blackhole(text):
+    """"on", "off" or "after:BYTES" (BYTES a positive integer) -> the state string; else FabricError."""
+    text = str(text)
+    m = re.fullmatch(r"after:([0-9]+)", text)
+    if text in ("on", "off") or (m and int(m.group(1)) > 0):
+        return text if not m else f"after:{int(m.group(1))}"
+    raise FabricError(f"--blackhole takes on, off or after:BYTES (a positive byte count): {text}")
+
+
+def blackhole_after_bytes(state):
+    """The N of an "after:N" blackhole state; None for "on" and "off"."""
+    return int(state.split(":", 1)[1]) if state.startswith("after:") else None
+
+
 def ppm_to_fraction(ppm):
     """As a JSON number: 0 and 1 whole, as %g prints them."""
     ppm = int(ppm)
@@ -545,15 +559,16 @@ class Fabric:
     # --- impairments ---
     def set(self, which, loss=None, blackhole=None, rate=None, exempt=None, plane=0):
         """Impairs path `which` (an index, "p<k>" or "all") of plane `plane` in both directions:
-        loss (a fraction or "N%"), blackhole ("on"/"off"), rate (tc syntax or
-        "off"), exempt (ports "P[,P...]" or "off"); None leaves a setting as it is."""
+        loss (a fraction or "N%"), blackhole ("on", "off" or "after:BYTES"), rate
+        (tc syntax or "off"), exempt (ports "P[,P...]" or "off"); None leaves a
+        setting as it is."""
         if loss is None and blackhole is None and rate is None and exempt is None:
             raise FabricError("set: nothing to set (--loss, --blackhole, --rate, --exempt-port)")
         if exempt is not None and exempt != "off":
             exempt = parse_ports(exempt)
         ppm = None if loss is None else str(parse_loss(loss))
-        if blackhole not in (None, "on", "off"):
-            raise FabricError("--blackhole takes on or off")
+        if blackhole is not None:
+            blackhole = normalize_blackhole(blackhole)
         if rate is not None and rate != "off":
             parse_rate(rate)
             rate = rate.lower()
@@ -584,8 +599,12 @@ class Fabric:
         if ex != "off":
             rules += [f"add rule inet {NFT_TABLE} imp_p{k} meta l4proto {{ tcp, udp }} th sport {{ {ex} }} accept",
                       f"add rule inet {NFT_TABLE} imp_p{k} meta l4proto {{ tcp, udp }} th dport {{ {ex} }} accept"]
-        if st.get(f"bh_{tag}", "off") == "on":
-            rules.append(f'add rule inet {NFT_TABLE} imp_p{k} counter name "bh_p{k}" drop')
+        bh = st.get(f"bh_{tag}", "off")
+        if bh != "off":
+            # after:N: nft's quota passes the first N bytes that reach this rule
+            # in each direction, then matches; installing the rule restarts it.
+            quota = "" if bh == "on" else f"quota over {blackhole_after_bytes(bh)} bytes "
+            rules.append(f'add rule inet {NFT_TABLE} imp_p{k} {quota}counter name "bh_p{k}" drop')
         if ppm >= 1000000:
             rules.append(f'add rule inet {NFT_TABLE} imp_p{k} counter name "loss_p{k}" drop')
         elif ppm > 0:
@@ -764,7 +783,9 @@ class Fabric:
                        "link": st.get(_link_key(i, plane), "up")} for i in range(hosts)],
             "paths": [{"index": k, "dev": f"p{k}", "left_ip": path_ip_left(k, plane),
                        "right_ip": path_ip_right(k, plane), "loss": ppm_to_fraction(st.get(f"loss_{tag}", "0")),
-                       "blackhole": st.get(f"bh_{tag}") == "on", "rate": st.get(f"rate_{tag}", "off"),
+                       "blackhole": st.get(f"bh_{tag}", "off") != "off",
+                       "blackhole_after_bytes": blackhole_after_bytes(st.get(f"bh_{tag}", "off")),
+                       "rate": st.get(f"rate_{tag}", "off"),
                        "exempt_ports": exempt(tag), "left_to_right": direction("L", "R", k),
                        "right_to_left": direction("R", "L", k)} for k, tag in enumerate(tags)],
         }
