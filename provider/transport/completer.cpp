@@ -9,6 +9,7 @@
 
 #include "connection.h"
 #include "endpoint.h"
+#include "sequence_number.h"
 
 namespace metaroce::transport {
 
@@ -68,13 +69,13 @@ void QueuePair::advance_requester() {
 
 void QueuePair::on_stream_ack(Time now, uint32_t completed_msn) {
   // A claim for a message never posted is not believed at all.
-  if (static_cast<int32_t>(completed_msn - (next_msn_ - 1)) > 0) {
+  if (seq_after(completed_msn, next_msn_ - 1)) {
     ++endpoint_.counters_.rx_ignored_stream_ack;
     return;
   }
   bool progressed = false;
   for (OutboundMessage& m : send_queue_) {
-    if (static_cast<int32_t>(m.msn - completed_msn) > 0) break;
+    if (seq_after(m.msn, completed_msn)) break;
     // A message cannot have completed remotely before all of it was sent:
     // such a claim is stale (a restarted attempt) or forged. (Path-level
     // acknowledgement of every chunk is not required: the ACK block of a

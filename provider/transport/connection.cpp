@@ -6,6 +6,7 @@
 
 #include "endpoint.h"
 #include "queue_pair.h"
+#include "sequence_number.h"
 
 namespace metaroce::transport {
 namespace {
@@ -33,8 +34,6 @@ constexpr size_t kMaxControlPackets = 256;
 // its READ response is gone): without it the PSN would stay a hole that
 // stops every QP of the connection.
 constexpr uint32_t kPsnFillerQpn = 0;
-
-bool seq_after(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) > 0; }
 
 Time ceil_ns(double ns) { return ns <= 0 ? 0 : static_cast<Time>(std::ceil(ns)); }
 

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #include "receive_scoreboard.h"
+#include "sequence_number.h"
 
 namespace metaroce::transport {
 namespace {
@@ -22,8 +23,6 @@ void shift_up(std::array<uint64_t, kWords>& bits, uint32_t by) {
     bits[i] = value;
   }
 }
-
-bool seq_after(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) > 0; }
 
 }  // namespace
 

@@ -11,6 +11,7 @@
 
 #include "connection.h"
 #include "endpoint.h"
+#include "sequence_number.h"
 #include "shared_receive_queue.h"
 
 namespace metaroce::transport {
@@ -212,7 +213,7 @@ void QueuePair::write_chunk(uint32_t msn, uint64_t dest, std::span<const uint8_t
   if (inbound_.size() > 1) {
     for (const auto& [other_msn, later] : inbound_) {
       // A zero-length WRITE places nothing (and its range would underflow).
-      if (static_cast<int32_t>(other_msn - msn) <= 0 || later.failure || later.length == 0 ||
+      if (!seq_after(other_msn, msn) || later.failure || later.length == 0 ||
           (later.opcode != wire::Opcode::Write && later.opcode != wire::Opcode::WriteImm))
         continue;
       const uint64_t later_end = later.remote_addr + later.length;
