@@ -3,6 +3,7 @@
 
 #include <endian.h>
 #include <openssl/core_names.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/kdf.h>
 #include <openssl/params.h>
@@ -63,8 +64,10 @@ bool hkdf_sha256_expand(std::span<const uint8_t> prk, std::span<const uint8_t> i
   return run_hkdf(EVP_KDF_HKDF_MODE_EXPAND_ONLY, {}, prk, info, out);
 }
 
-TrafficKey::TrafficKey(const PairKey& pair_key, uint8_t sender_role, uint32_t sender_epoch, uint32_t receiver_epoch)
-    : sender_epoch_(sender_epoch), receiver_epoch_(receiver_epoch) {
+TrafficKey::Material::~Material() { OPENSSL_cleanse(bytes.data(), bytes.size()); }
+
+TrafficKey::Material TrafficKey::derive(const PairKey& pair_key, uint8_t sender_role, uint32_t sender_epoch,
+                                        uint32_t receiver_epoch) {
   uint8_t info[sizeof kTrafficInfo - 1 + 1 + 4 + 4];
   std::memcpy(info, kTrafficInfo, sizeof kTrafficInfo - 1);
   size_t at = sizeof kTrafficInfo - 1;
@@ -72,62 +75,52 @@ TrafficKey::TrafficKey(const PairKey& pair_key, uint8_t sender_role, uint32_t se
   const uint32_t se = htobe32(sender_epoch), re = htobe32(receiver_epoch);
   std::memcpy(info + at, &se, 4);
   std::memcpy(info + at + 4, &re, 4);
-  uint8_t material[16 + 4];
-  if (!hkdf_sha256_expand(pair_key, info, material)) return;
-  std::memcpy(salt_.data(), material + 16, salt_.size());
-  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
-  if (ctx && EVP_CipherInit_ex(ctx, EVP_aes_128_gcm(), nullptr, material, nullptr, -1) == 1) {
-    ctx_ = ctx;
-  } else {
-    EVP_CIPHER_CTX_free(ctx);
-  }
-  OPENSSL_cleanse(material, sizeof material);
+  Material material;
+  // On a library failure the key is all zeroes and the nonce salt too, and
+  // nothing this key seals opens at a peer that derived its key correctly.
+  if (!hkdf_sha256_expand(pair_key, info, material.bytes)) material.bytes.fill(0);
+  return material;
 }
 
-TrafficKey::~TrafficKey() { EVP_CIPHER_CTX_free(ctx_); }
+TrafficKey::TrafficKey(const PairKey& pair_key, uint8_t sender_role, uint32_t sender_epoch, uint32_t receiver_epoch)
+    : TrafficKey(derive(pair_key, sender_role, sender_epoch, receiver_epoch), sender_epoch, receiver_epoch) {}
 
-void TrafficKey::nonce(uint64_t packet_number, uint8_t out[12]) const {
-  std::memcpy(out, salt_.data(), 4);
+TrafficKey::TrafficKey(const Material& material, uint32_t sender_epoch, uint32_t receiver_epoch)
+    : cipher_(std::span(material.bytes).first<Aes128Gcm::kKeyBytes>()),
+      sender_epoch_(sender_epoch),
+      receiver_epoch_(receiver_epoch) {
+  std::memcpy(salt_.data(), material.bytes.data() + Aes128Gcm::kKeyBytes, salt_.size());
+}
+
+std::array<uint8_t, Aes128Gcm::kNonceBytes> TrafficKey::nonce(uint64_t packet_number) const {
+  std::array<uint8_t, Aes128Gcm::kNonceBytes> out;
+  std::memcpy(out.data(), salt_.data(), salt_.size());
   const uint64_t be = htobe64(packet_number);
-  std::memcpy(out + 4, &be, 8);
+  std::memcpy(out.data() + salt_.size(), &be, sizeof be);
+  return out;
 }
 
 bool TrafficKey::seal(wire::Security security, std::span<uint8_t> datagram, size_t length, uint64_t packet_number) {
-  if (!ctx_ || datagram.size() < length + wire::kAuthTagBytes) return false;
-  uint8_t iv[12];
-  nonce(packet_number, iv);
+  if (datagram.size() < length + wire::kAuthTagBytes) return false;
   const size_t aad = security == wire::Security::Encrypt ? wire::kCommonHeaderBytes : length;
-  int n = 0;
-  if (EVP_EncryptInit_ex(ctx_, nullptr, nullptr, nullptr, iv) != 1) return false;
-  if (EVP_EncryptUpdate(ctx_, nullptr, &n, datagram.data(), static_cast<int>(aad)) != 1) return false;
-  if (aad < length &&
-      EVP_EncryptUpdate(ctx_, datagram.data() + aad, &n, datagram.data() + aad, static_cast<int>(length - aad)) != 1)
-    return false;
-  if (EVP_EncryptFinal_ex(ctx_, datagram.data() + length, &n) != 1) return false;
-  return EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_GCM_GET_TAG, wire::kAuthTagBytes, datagram.data() + length) == 1;
+  return cipher_.seal(nonce(packet_number), datagram.first(aad), datagram.subspan(aad, length - aad),
+                      datagram.subspan(length).first<wire::kAuthTagBytes>());
 }
 
 bool TrafficKey::open(wire::Security security, std::span<const uint8_t> datagram, uint64_t packet_number,
                       std::span<uint8_t> plain) {
-  if (!ctx_ || datagram.size() < wire::kCommonHeaderBytes + wire::kAuthTagBytes) return false;
+  if (datagram.size() < wire::kCommonHeaderBytes + wire::kAuthTagBytes) return false;
   const size_t length = datagram.size() - wire::kAuthTagBytes;
-  if (security == wire::Security::Encrypt && plain.size() < length) return false;
-  uint8_t iv[12];
-  nonce(packet_number, iv);
-  const size_t aad = security == wire::Security::Encrypt ? wire::kCommonHeaderBytes : length;
-  int n = 0;
-  if (EVP_DecryptInit_ex(ctx_, nullptr, nullptr, nullptr, iv) != 1) return false;
-  if (EVP_DecryptUpdate(ctx_, nullptr, &n, datagram.data(), static_cast<int>(aad)) != 1) return false;
-  if (aad < length &&
-      EVP_DecryptUpdate(ctx_, plain.data() + aad, &n, datagram.data() + aad, static_cast<int>(length - aad)) != 1)
+  const std::span<const uint8_t, wire::kAuthTagBytes> tag = datagram.subspan(length).first<wire::kAuthTagBytes>();
+  if (security != wire::Security::Encrypt)
+    return cipher_.open(nonce(packet_number), datagram.first(length), {}, {}, tag);
+  if (plain.size() < length) return false;
+  const size_t aad = wire::kCommonHeaderBytes;
+  if (!cipher_.open(nonce(packet_number), datagram.first(aad), datagram.subspan(aad, length - aad),
+                    plain.subspan(aad, length - aad), tag))
     return false;
-  uint8_t tag[wire::kAuthTagBytes];
-  std::memcpy(tag, datagram.data() + length, sizeof tag);
-  if (EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_GCM_SET_TAG, sizeof tag, tag) != 1) return false;
-  uint8_t none[16];
-  if (EVP_DecryptFinal_ex(ctx_, none, &n) != 1) return false;
   // The header of an encrypted datagram travels in the clear.
-  if (security == wire::Security::Encrypt) std::memcpy(plain.data(), datagram.data(), aad);
+  std::memcpy(plain.data(), datagram.data(), aad);
   return true;
 }
 

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 //
 // The trailer of a v0.2 datagram (docs/spec.md section 9): a CRC32C in
-// integrity mode, an AES-128-GCM tag in the authenticate and encrypt modes,
-// and the keys behind the tag. Crypto is OpenSSL's libcrypto (AES-NI and
-// PCLMULQDQ where the CPU has them); nothing here does I/O.
+// integrity mode, an AES-128-GCM tag in the authenticate and encrypt modes
+// (aes_gcm.h), and the keys behind the tag; HKDF is OpenSSL's. Nothing here
+// does I/O.
 //
 // Keys (section 9.3): metaroced derives, from the cluster secret, one
 // 32-byte key per pair of endpoints (IP address and home port at each end)
@@ -20,9 +20,8 @@
 #include <cstdint>
 #include <span>
 
+#include "aes_gcm.h"
 #include "metaroce/wire.h"
-
-struct evp_cipher_ctx_st;
 
 namespace metaroce::transport {
 
@@ -41,11 +40,10 @@ class TrafficKey {
   // HKDF-Expand(pair_key, info) as above. `sender_role` is 0 for the
   // endpoint of the pair that sorts first (metaroced says which), else 1.
   TrafficKey(const PairKey& pair_key, uint8_t sender_role, uint32_t sender_epoch, uint32_t receiver_epoch);
-  ~TrafficKey();
   TrafficKey(const TrafficKey&) = delete;
   TrafficKey& operator=(const TrafficKey&) = delete;
 
-  bool valid() const { return ctx_ != nullptr; }
+  bool valid() const { return cipher_.valid(); }
   uint32_t sender_epoch() const { return sender_epoch_; }
   uint32_t receiver_epoch() const { return receiver_epoch_; }
 
@@ -61,9 +59,16 @@ class TrafficKey {
             std::span<uint8_t> plain);
 
  private:
-  void nonce(uint64_t packet_number, uint8_t out[12]) const;
+  // HKDF output: the AES key, then the nonce salt.
+  struct Material {
+    std::array<uint8_t, Aes128Gcm::kKeyBytes + 4> bytes{};
+    ~Material();
+  };
+  static Material derive(const PairKey& pair_key, uint8_t sender_role, uint32_t sender_epoch, uint32_t receiver_epoch);
+  TrafficKey(const Material& material, uint32_t sender_epoch, uint32_t receiver_epoch);
+  std::array<uint8_t, Aes128Gcm::kNonceBytes> nonce(uint64_t packet_number) const;
 
-  evp_cipher_ctx_st* ctx_ = nullptr;
+  Aes128Gcm cipher_;
   std::array<uint8_t, 4> salt_{};
   uint32_t sender_epoch_ = 0;
   uint32_t receiver_epoch_ = 0;
