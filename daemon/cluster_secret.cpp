@@ -12,6 +12,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "hkdf.h"
+
 namespace metaroce::daemon {
 namespace {
 

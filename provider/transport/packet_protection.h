@@ -2,8 +2,8 @@
 //
 // The trailer of a v0.2 datagram (docs/spec.md section 9): a CRC32C in
 // integrity mode, an AES-128-GCM tag in the authenticate and encrypt modes
-// (aes_gcm.h), and the keys behind the tag; HKDF is OpenSSL's. Nothing here
-// does I/O.
+// (aes_gcm.h), and the keys behind the tag (hkdf.h). Nothing here does
+// I/O.
 //
 // Keys (section 9.3): metaroced derives, from the cluster secret, one
 // 32-byte key per pair of endpoints (IP address and home port at each end)
@@ -21,6 +21,7 @@
 #include <span>
 
 #include "aes_gcm.h"
+#include "hkdf.h"
 #include "metaroce/wire.h"
 
 namespace metaroce::transport {
@@ -73,12 +74,5 @@ class TrafficKey {
   uint32_t sender_epoch_ = 0;
   uint32_t receiver_epoch_ = 0;
 };
-
-// HKDF-SHA256 (RFC 5869), for metaroced's derivations: Extract(salt, ikm)
-// then Expand(info) into `out`. False on a library failure.
-bool hkdf_sha256(std::span<const uint8_t> salt, std::span<const uint8_t> ikm, std::span<const uint8_t> info,
-                 std::span<uint8_t> out);
-// Expand only, with `prk` used as the pseudorandom key as it is.
-bool hkdf_sha256_expand(std::span<const uint8_t> prk, std::span<const uint8_t> info, std::span<uint8_t> out);
 
 }  // namespace metaroce::transport
