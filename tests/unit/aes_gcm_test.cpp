@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "byte_pattern.h"
 #include "aes_gcm.h"
 
 namespace metaroce::transport {
@@ -18,15 +19,7 @@ namespace {
 
 using Bytes = std::vector<uint8_t>;
 
-Bytes pattern(size_t n, uint32_t seed) {
-  Bytes b(n);
-  uint32_t x = seed * 2654435761u + 1;
-  for (auto& v : b) {
-    x = x * 1103515245u + 12345u;
-    v = static_cast<uint8_t>(x >> 16);
-  }
-  return b;
-}
+using metaroce::test::byte_pattern;
 
 struct Sealed {
   Bytes text;
@@ -56,15 +49,15 @@ const std::vector<size_t> kLengths = {0,   1,   15,  16,  17,  31,  32,  33,  63
                                       129, 255, 256, 257, 511, 512, 513, 767, 1024, 1400, 1428, 4096, 4200};
 
 TEST(Aes128Gcm, SameCiphertextAndTagAsOpenSsl) {
-  const Bytes key = pattern(Aes128Gcm::kKeyBytes, 1);
+  const Bytes key = byte_pattern(Aes128Gcm::kKeyBytes, 1);
   Aes128Gcm gcm(std::span<const uint8_t, 16>(key.data(), 16));
   ASSERT_TRUE(gcm.valid());
   uint32_t seed = 10;
   for (const size_t aad_len : kLengths) {
     for (const size_t text_len : {size_t{0}, size_t{1}, size_t{16}, size_t{100}, size_t{1400}, size_t{4096}}) {
-      const Bytes nonce = pattern(Aes128Gcm::kNonceBytes, ++seed);
-      const Bytes aad = pattern(aad_len, ++seed);
-      const Bytes plain = pattern(text_len, ++seed);
+      const Bytes nonce = byte_pattern(Aes128Gcm::kNonceBytes, ++seed);
+      const Bytes aad = byte_pattern(aad_len, ++seed);
+      const Bytes plain = byte_pattern(text_len, ++seed);
       const Sealed want = openssl_seal(key, nonce, aad, plain);
       Bytes text = plain, tag(Aes128Gcm::kTagBytes);
       ASSERT_TRUE(
@@ -80,7 +73,8 @@ TEST(Aes128Gcm, SameCiphertextAndTagAsOpenSsl) {
 }
 
 TEST(Aes128Gcm, OpenRefusesAnyChangeToNonceAadTextOrTag) {
-  const Bytes key = pattern(16, 2), nonce = pattern(12, 3), aad = pattern(28, 4), plain = pattern(300, 5);
+  const Bytes key = byte_pattern(16, 2), nonce = byte_pattern(12, 3), aad = byte_pattern(28, 4),
+              plain = byte_pattern(300, 5);
   Aes128Gcm gcm(std::span<const uint8_t, 16>(key.data(), 16));
   Bytes text = plain, tag(16), back(plain.size());
   ASSERT_TRUE(
@@ -98,7 +92,7 @@ TEST(Aes128Gcm, OpenRefusesAnyChangeToNonceAadTextOrTag) {
           << "bit " << bit;
     }
   }
-  const Bytes other_key = pattern(16, 6);
+  const Bytes other_key = byte_pattern(16, 6);
   Aes128Gcm other(std::span<const uint8_t, 16>(other_key.data(), 16));
   EXPECT_FALSE(other.open(std::span<const uint8_t, 12>(nonce.data(), 12), aad, text, back,
                           std::span<const uint8_t, 16>(tag.data(), 16)));

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "byte_pattern.h"
 #include "crc32c.h"
 #include "metaroce/wire.h"
 #include "packet_protection.h"
@@ -19,15 +20,7 @@ namespace {
 
 using Bytes = std::vector<uint8_t>;
 
-Bytes pattern(size_t n, uint8_t seed) {
-  Bytes b(n);
-  uint32_t x = seed * 2654435761u + 1;
-  for (auto& v : b) {
-    x = x * 1103515245u + 12345u;
-    v = static_cast<uint8_t>(x >> 16);
-  }
-  return b;
-}
+using metaroce::test::byte_pattern;
 
 // A WRITE of `payload_len` bytes as the wire encoders write it, with room
 // for the largest trailer behind it.
@@ -43,7 +36,7 @@ Bytes write_datagram(size_t payload_len, size_t& length) {
   h.rkey = 0xabc00001;
   Bytes out(wire::kDataHeaderBytes + payload_len + wire::kMaxTrailerBytes);
   const size_t header = wire::encode_data(out, {2, wire::kHomePortBase}, h, nullptr, nullptr, nullptr, payload_len);
-  const Bytes payload = pattern(payload_len, 9);
+  const Bytes payload = byte_pattern(payload_len, 9);
   std::memcpy(out.data() + header, payload.data(), payload_len);
   length = header + payload_len;
   wire::stamp_common(out, wire::Security::Integrity, 0x11111111, 0x22222222, 3);
@@ -74,7 +67,7 @@ TEST(Crc32c, StandardCheckValue) {
 }
 
 TEST(Crc32c, AgreesWithTheDefinitionAtEveryLengthAndAlignment) {
-  const Bytes data = pattern(5000, 3);
+  const Bytes data = byte_pattern(5000, 3);
   for (size_t offset = 0; offset < 8; ++offset)
     for (size_t n = 0; n + offset <= 2100; n += (n < 400 ? 1 : 37))
       ASSERT_EQ(crc32c({data.data() + offset, n}), crc32c_bitwise({data.data() + offset, n}))
