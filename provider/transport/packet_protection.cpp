@@ -41,9 +41,7 @@ TrafficKey::Material TrafficKey::derive(const PairKey& pair_key, uint8_t sender_
   std::memcpy(info + at, &se, 4);
   std::memcpy(info + at + 4, &re, 4);
   Material material;
-  // On a library failure the key is all zeroes and the nonce salt too, and
-  // nothing this key seals opens at a peer that derived its key correctly.
-  if (!hkdf_sha256_expand(pair_key, info, material.bytes)) material.bytes.fill(0);
+  material.ok = hkdf_sha256_expand(pair_key, info, material.bytes);
   return material;
 }
 
@@ -51,7 +49,8 @@ TrafficKey::TrafficKey(const PairKey& pair_key, uint8_t sender_role, uint32_t se
     : TrafficKey(derive(pair_key, sender_role, sender_epoch, receiver_epoch), sender_epoch, receiver_epoch) {}
 
 TrafficKey::TrafficKey(const Material& material, uint32_t sender_epoch, uint32_t receiver_epoch)
-    : cipher_(std::span(material.bytes).first<Aes128Gcm::kKeyBytes>()),
+    : material_ok_(material.ok),
+      cipher_(std::span(material.bytes).first<Aes128Gcm::kKeyBytes>()),
       sender_epoch_(sender_epoch),
       receiver_epoch_(receiver_epoch) {
   std::memcpy(salt_.data(), material.bytes.data() + Aes128Gcm::kKeyBytes, salt_.size());
@@ -66,7 +65,7 @@ std::array<uint8_t, Aes128Gcm::kNonceBytes> TrafficKey::nonce(uint64_t packet_nu
 }
 
 bool TrafficKey::seal(wire::Security security, std::span<uint8_t> datagram, size_t length, uint64_t packet_number) {
-  if (datagram.size() < length + wire::kAuthTagBytes) return false;
+  if (!valid() || datagram.size() < length + wire::kAuthTagBytes) return false;
   const size_t aad = security == wire::Security::Encrypt ? wire::kCommonHeaderBytes : length;
   return cipher_.seal(nonce(packet_number), datagram.first(aad), datagram.subspan(aad, length - aad),
                       datagram.subspan(length).first<wire::kAuthTagBytes>());
@@ -74,7 +73,7 @@ bool TrafficKey::seal(wire::Security security, std::span<uint8_t> datagram, size
 
 bool TrafficKey::open(wire::Security security, std::span<const uint8_t> datagram, uint64_t packet_number,
                       std::span<uint8_t> plain) {
-  if (datagram.size() < wire::kCommonHeaderBytes + wire::kAuthTagBytes) return false;
+  if (!valid() || datagram.size() < wire::kCommonHeaderBytes + wire::kAuthTagBytes) return false;
   const size_t length = datagram.size() - wire::kAuthTagBytes;
   const std::span<const uint8_t, wire::kAuthTagBytes> tag = datagram.subspan(length).first<wire::kAuthTagBytes>();
   if (security != wire::Security::Encrypt)

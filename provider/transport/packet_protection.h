@@ -44,7 +44,7 @@ class TrafficKey {
   TrafficKey(const TrafficKey&) = delete;
   TrafficKey& operator=(const TrafficKey&) = delete;
 
-  bool valid() const { return cipher_.valid(); }
+  bool valid() const { return material_ok_ && cipher_.valid(); }
   uint32_t sender_epoch() const { return sender_epoch_; }
   uint32_t receiver_epoch() const { return receiver_epoch_; }
 
@@ -63,12 +63,14 @@ class TrafficKey {
   // HKDF output: the AES key, then the nonce salt.
   struct Material {
     std::array<uint8_t, Aes128Gcm::kKeyBytes + 4> bytes{};
+    bool ok = false;  // HKDF succeeded
     ~Material();
   };
   static Material derive(const PairKey& pair_key, uint8_t sender_role, uint32_t sender_epoch, uint32_t receiver_epoch);
   TrafficKey(const Material& material, uint32_t sender_epoch, uint32_t receiver_epoch);
   std::array<uint8_t, Aes128Gcm::kNonceBytes> nonce(uint64_t packet_number) const;
 
+  bool material_ok_;
   Aes128Gcm cipher_;
   std::array<uint8_t, 4> salt_{};
   uint32_t sender_epoch_ = 0;
