@@ -32,9 +32,11 @@
 // wakes it: a call that made nothing due leaves it asleep.
 //
 // Unknown senders: a datagram whose (source IP, header home port) was never
-// named by peer_for(), or too short to carry a home port, is counted in
-// unknown_sender_drops and never reaches the engine (the engine would only
-// decode it to drop it, under the lock).
+// named by peer_for() is counted in unknown_sender_drops and never reaches
+// the engine (the engine would only decode it to drop it, under the lock).
+// One with no common header of this version (empty, too short, another
+// version) has no home port to look up: the engine counts it malformed, as
+// docs/spec.md 9.6 step 1 says (Endpoint::on_headerless_datagram).
 #include "runtime.h"
 
 #include <pthread.h>
@@ -680,7 +682,7 @@ void RuntimeImpl::deliver(const RxMessage& message, transport::Time now, int64_t
   if (message.truncated || message.length == 0) {
     ++counters_.datagrams_received;
     if (message.truncated) ++counters_.truncated_drops;
-    else ++counters_.unknown_sender_drops;
+    else engine_->on_headerless_datagram();
     return;
   }
   const transport::Time arrival = arrival_time(message.arrival_realtime_ns, now, realtime);
@@ -703,10 +705,13 @@ void RuntimeImpl::deliver(const RxMessage& message, transport::Time now, int64_t
     }
     transport::PeerId peer = 0;
     if (addressable) {
-      if (const std::optional<uint16_t> port = wire::peek_home_port(datagram)) {
-        key.port = *port;
-        peer = view_.lookup(key);
+      const std::optional<uint16_t> port = wire::peek_home_port(datagram);
+      if (!port) {
+        engine_->on_headerless_datagram();
+        continue;
       }
+      key.port = *port;
+      peer = view_.lookup(key);
     }
     if (peer == 0) {
       ++counters_.unknown_sender_drops;

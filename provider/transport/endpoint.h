@@ -159,6 +159,13 @@ class Endpoint {
   void on_datagram(Time now, PeerId from, std::span<const uint8_t> datagram, bool ce_marked, Time arrival = 0);
   // A UdSend datagram, from any source: UD belongs to no connection.
   void on_ud_datagram(const UdAddresses& addresses, std::span<const uint8_t> datagram);
+  // A datagram the driver could not attribute to a sender because it has no
+  // common header of this version (too short, or another version): counted
+  // as received and malformed (docs/spec.md 9.6 step 1), nothing else.
+  void on_headerless_datagram() {
+    ++counters_.rx_datagrams;
+    ++counters_.rx_drop_malformed;
+  }
   void on_timer(Time now);
   // Writes the next datagram due at `now` into buf (which must hold at least
   // max_datagram_bytes()); returns nothing when none is due.
