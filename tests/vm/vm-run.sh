@@ -43,7 +43,11 @@ command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 not install
 [ -n "$kver" ] || skip "linux-image-amd64 not installed"
 [ -r "/boot/vmlinuz-$kver" ] || skip "no /boot/vmlinuz-$kver"
 [ -d "/usr/src/linux-headers-$kver" ] || skip "no headers for $kver (linux-headers-amd64)"
-[ -x /bin/busybox ] && /bin/busybox --list | grep -qx switch_root || skip "no static busybox (busybox-static)"
+# Not grep -q: busybox writes its list a name at a time, and once grep -q
+# has found switch_root and quit, a later write kills busybox with SIGPIPE,
+# which pipefail turns into a skip.
+[ -x /bin/busybox ] && /bin/busybox --list | grep -x switch_root >/dev/null ||
+  skip "no static busybox (busybox-static)"
 if [ -n "$debs" ]; then
   ls "$debs"/*.deb >/dev/null 2>&1 || skip "no packages in $debs (build them with scripts/build-debs $debs)"
   command -v dkms >/dev/null || skip "dkms not installed (scripts/install-deps)"
