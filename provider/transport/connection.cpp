@@ -27,6 +27,12 @@ constexpr uint32_t kRediscoverEvery = 32;
 constexpr uint32_t kMinRateHintMbps = 10;
 // NAKs and probe replies waiting to be sent, at most.
 constexpr size_t kMaxControlPackets = 256;
+// A QP's turn at a connection shared by several (docs/spec.md 8.6): as much
+// as a TSO or GSO send of one TCP flow, the unit in which Linux interleaves
+// flows. A message up to this size leaves back to back and completes after
+// its own bytes, not after every other QP's; a longer one holds the others
+// back by at most one turn at a time.
+constexpr uint64_t kQpTurnBytes = 64 << 10;
 
 // rocev2 profile: a data packet to this QP number (IB's reserved QP0, never
 // an RC QP) only fills its PSN. The sender resends one in go-back-N where
@@ -143,6 +149,7 @@ void Connection::attach(QueuePair* qp) {
 void Connection::detach(QueuePair* qp) {
   qps_.erase(std::remove(qps_.begin(), qps_.end(), qp), qps_.end());
   qp_cursor_ = 0;
+  qp_turn_bytes_ = 0;
 }
 
 void Connection::set_congestion(const CongestionParams& params) {
@@ -962,11 +969,15 @@ size_t Connection::send_data(Time now, std::span<uint8_t> out, uint16_t& path_id
     retransmits_.pop_front();
     flags |= wire::kFlagRetransmit;
   } else {
+    // The QPs take turns (docs/spec.md 8.6): the one whose turn it is keeps
+    // sending until it has sent kQpTurnBytes (as datagrams) or has nothing new.
     bool found = false;
-    for (size_t tried = 0; tried < qps_.size() && !found; ++tried) {
-      QueuePair* qp = qps_[qp_cursor_ % qps_.size()];
-      qp_cursor_ = (qp_cursor_ + 1) % qps_.size();
-      found = qp->next_new_chunk(ref);
+    for (size_t tried = 0; tried <= qps_.size() && !found; ++tried) {
+      if (tried > 0 || qp_turn_bytes_ >= kQpTurnBytes) {
+        qp_cursor_ = (qp_cursor_ + 1) % qps_.size();
+        qp_turn_bytes_ = 0;
+      }
+      found = qps_[qp_cursor_]->next_new_chunk(ref);
     }
     if (!found) return 0;
   }
@@ -986,6 +997,7 @@ size_t Connection::send_data(Time now, std::span<uint8_t> out, uint16_t& path_id
     return 0;
   }
   if (!ref.response) qp->on_request_sent(now);
+  if (!retransmit) qp_turn_bytes_ += length;  // headers too: a READ request carries no payload
   path->records.push_back({ref, now, static_cast<uint32_t>(length), TxRecord::State::InFlight});
   ++path->next_seq;
   add_inflight(*path, static_cast<uint32_t>(length));

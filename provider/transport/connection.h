@@ -220,6 +220,7 @@ class Connection {
   const Profile profile_;
   std::vector<QueuePair*> qps_;
   size_t qp_cursor_ = 0;
+  uint64_t qp_turn_bytes_ = 0;
 
   // Sender.
   std::vector<SendPath> paths_;

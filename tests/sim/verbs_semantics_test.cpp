@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 //
 // Verbs RC semantics of the engine, on the simulated network: SEND/RECV with
-// immediates, READ, atomics, completion order, RNR, retry exhaustion, access
-// errors, and what hostile or stray datagrams may (not) do.
+// immediates, READ, atomics, completion order, RNR, retry exhaustion, QPs
+// sharing a connection, access errors, and what hostile or stray datagrams
+// may (not) do.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -614,6 +615,48 @@ TEST_F(VerbsSemantics, RetryStateIsPerQueuePair) {
   const auto first = wait(a(), qp_.cq_a, 256);
   ASSERT_EQ(first.size(), 256u);
   for (const Completion& c : first) EXPECT_EQ(c.status, WcStatus::Success);
+}
+
+// Runs the simulation until `cq` of `endpoint` holds a completion and
+// returns the virtual time it arrived (checked: within the limit).
+Time completion_time(TwoHostRig& rig, Endpoint& endpoint, uint32_t cq) {
+  rig.sim().run_until([&] { return endpoint.cq_depth(cq) >= 1; }, rig.sim().now() + 50'000'000);
+  EXPECT_GE(endpoint.cq_depth(cq), 1u);
+  return rig.sim().now();
+}
+
+TEST_F(VerbsSemantics, QueuePairsSharingAConnectionTakeTurns) {
+  // Two WRITEs shorter than a turn, on two QPs of one connection, posted
+  // together: the first leaves whole before the second, so it completes
+  // about the first's serialization time earlier. Interleaved packet by
+  // packet they would complete a packet's time apart.
+  make(0);
+  const QpPair second = rig_->connect_qps({}, kPd);
+  constexpr uint32_t kBytes = 48 << 10;
+  ASSERT_EQ(a().post_send(qp_.qp_a, write(1, 0, kBytes, 0)), PostResult::Ok);
+  ASSERT_EQ(a().post_send(second.qp_a, write(2, kBytes, kBytes, kBytes)), PostResult::Ok);
+  rig_->sim().wake(rig_->node_a());
+  const Time first = completion_time(*rig_, a(), qp_.cq_a);
+  const Time later = completion_time(*rig_, a(), second.cq_a);
+  const RigSpec spec;
+  const Time serialization_ns = Time{kBytes} * 8 * 1'000'000'000 / (spec.links * spec.link_rate_bps);
+  EXPECT_GT(later - first, serialization_ns / 2);
+}
+
+TEST_F(VerbsSemantics, ALongMessageHoldsAnotherQueuePairBackByATurnAtMost) {
+  // A 4 KiB WRITE posted just after a 2 MiB one on another QP of the same
+  // connection waits for one turn of the long one, not for all of it.
+  make(0);
+  const QpPair second = rig_->connect_qps({}, kPd);
+  constexpr uint32_t kLong = 2 << 20;
+  ASSERT_EQ(a().post_send(qp_.qp_a, write(1, 0, kLong, 0)), PostResult::Ok);
+  ASSERT_EQ(a().post_send(second.qp_a, write(2, kLong, 4096, kLong)), PostResult::Ok);
+  rig_->sim().wake(rig_->node_a());
+  const Time small = completion_time(*rig_, a(), second.cq_a);
+  const Time long_done = completion_time(*rig_, a(), qp_.cq_a);
+  const RigSpec spec;
+  const Time half_the_long_ns = Time{kLong / 2} * 8 * 1'000'000'000 / (spec.links * spec.link_rate_bps);
+  EXPECT_LT(small + half_the_long_ns, long_done);
 }
 
 TEST_F(VerbsSemantics, AnIdleQueuePairsFirstRequestHasItsWholeRetryBudget) {
