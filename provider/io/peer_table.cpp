@@ -24,6 +24,12 @@ bool make_peer_key(const sockaddr_storage& address, uint16_t port, PeerKey& key)
   return false;
 }
 
+uint64_t transmit_order_key(const PeerKey& key) {
+  uint64_t order = 0;
+  for (size_t b = key.ip.size() - 6; b < key.ip.size(); ++b) order = order << 8 | key.ip[b];
+  return order << 16 | key.port;
+}
+
 namespace {
 
 bool is_v4_mapped(const PeerKey& key) {
@@ -78,6 +84,12 @@ transport::PeerId PeerTable::get_or_add(const sockaddr_storage& address) {
   entries_.push_back(std::move(entry));
   version_.fetch_add(1, std::memory_order_release);
   return static_cast<transport::PeerId>(entries_.size());
+}
+
+uint64_t PeerTable::transmit_order_key(transport::PeerId peer) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (peer == 0 || peer > entries_.size()) return 0;
+  return io::transmit_order_key(entries_[peer - 1].planes.front().key);
 }
 
 bool PeerTable::destination_of(transport::PeerId peer, sockaddr_storage& address) const {

@@ -46,6 +46,11 @@ struct PeerKey {
 // The key of `address` (its IP) with `port`; false for non-IP families.
 bool make_peer_key(const sockaddr_storage& address, uint16_t port, PeerKey& key);
 
+// `key`'s place in the order every host of a cluster computes alike (the
+// engine's transmit order, Endpoint::set_transmit_order): the address's low
+// six bytes (all of an IPv4 address), then the port.
+uint64_t transmit_order_key(const PeerKey& key);
+
 class PeerTable {
  public:
   using Ip = std::array<uint8_t, 16>;
@@ -91,6 +96,9 @@ class PeerTable {
     mutable PeerKey last_key_{};
     mutable transport::PeerId last_peer_ = 0;
   };
+  // Thread-safe. transmit_order_key() of the address `peer` was added with
+  // (its plane-0 address); 0 when unknown.
+  uint64_t transmit_order_key(transport::PeerId peer) const;
   // Thread-safe. The destination `peer` was added with (its plane-0
   // address); false when unknown.
   bool destination_of(transport::PeerId peer, sockaddr_storage& address) const;

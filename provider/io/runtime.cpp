@@ -454,6 +454,11 @@ bool RuntimeImpl::start(std::string& error) {
   }
   engine_ = std::make_unique<transport::Endpoint>(config);
   engine_->memory().set_guarded_read(&guarded_read);
+  PeerKey own_key;
+  if (make_peer_key(local_, home_port_, own_key))
+    engine_->set_transmit_order(transmit_order_key(own_key), [peers = peers_.get()](transport::PeerId peer) {
+      return peers->transmit_order_key(peer);
+    });
   path_count_ = std::max<uint16_t>(engine_->config().paths, 1);
   max_datagram_ = engine_->max_datagram_bytes();
 

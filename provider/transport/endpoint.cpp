@@ -395,7 +395,32 @@ Endpoint::Peer* Endpoint::peer_for(PeerId peer, bool create) {
   if (!create) return nullptr;
   Peer& fresh = connections_[peer];
   fresh.connection = std::make_unique<Connection>(*this, peer);
+  add_to_transmit_order(peer, fresh);
   return &fresh;
+}
+
+uint64_t Endpoint::transmit_distance(PeerId peer) const {
+  const uint64_t key = transmit_key_of_ ? transmit_key_of_(peer) : peer;
+  // Modulo 2^64: the keys after the own key come first, a key equal to it last.
+  return key - transmit_own_key_ - 1;
+}
+
+void Endpoint::add_to_transmit_order(PeerId id, Peer& peer) {
+  const TransmitSlot slot{transmit_distance(id), id, &peer};
+  const auto at =
+      std::upper_bound(transmit_order_.begin(), transmit_order_.end(), slot,
+                       [](const TransmitSlot& a, const TransmitSlot& b) { return a.distance < b.distance; });
+  // A connection that joins before the round's next stop keeps that stop.
+  if (static_cast<size_t>(at - transmit_order_.begin()) < tx_next_) ++tx_next_;
+  transmit_order_.insert(at, slot);
+}
+
+void Endpoint::set_transmit_order(uint64_t own_key, std::function<uint64_t(PeerId)> key_of) {
+  transmit_own_key_ = own_key;
+  transmit_key_of_ = std::move(key_of);
+  transmit_order_.clear();
+  tx_next_ = 0;
+  for (auto& [id, peer] : connections_) add_to_transmit_order(id, peer);
 }
 
 Connection* Endpoint::connection_for(PeerId peer, bool create) {
@@ -589,21 +614,23 @@ std::optional<TxDatagram> Endpoint::poll_transmit(Time now, std::span<uint8_t> b
       }
     }
   }
-  if (connections_.empty()) return std::nullopt;
+  if (transmit_order_.empty()) return std::nullopt;
   if (buf.size() <= wire::kMaxTrailerBytes) return std::nullopt;
   const std::span<uint8_t> body = buf.first(buf.size() - wire::kMaxTrailerBytes);
-  // Round-robin over connections, starting after the one served last.
-  auto start = connections_.upper_bound(tx_cursor_);
-  for (size_t i = 0; i < connections_.size(); ++i) {
-    if (start == connections_.end()) start = connections_.begin();
+  // Round-robin over connections in transmit order, from the one after the
+  // connection served last.
+  const size_t count = transmit_order_.size();
+  size_t at = tx_next_ < count ? tx_next_ : 0;
+  for (size_t i = 0; i < count; ++i) {
+    const TransmitSlot slot = transmit_order_[at];  // a copy: serving it may add connections
+    if (++at == count) at = 0;
     uint16_t path_id = 0;
-    size_t length = start->second.connection->poll_transmit(now, body, path_id);
-    if (length > 0) length = frame(start->second, buf, length);
+    size_t length = slot.peer->connection->poll_transmit(now, body, path_id);
+    if (length > 0) length = frame(*slot.peer, buf, length);
     if (length > 0) {
-      tx_cursor_ = start->first;
-      return TxDatagram{start->first, path_id, plane_of_path(path_id), static_cast<uint32_t>(length)};
+      tx_next_ = at;
+      return TxDatagram{slot.id, path_id, plane_of_path(path_id), static_cast<uint32_t>(length)};
     }
-    ++start;
   }
   if (config_.driver_releases_completions) completions_releasable_ = !held_completions_.empty();
   else release_completions();

@@ -170,6 +170,15 @@ class Endpoint {
   // Writes the next datagram due at `now` into buf (which must hold at least
   // max_datagram_bytes()); returns nothing when none is due.
   std::optional<TxDatagram> poll_transmit(Time now, std::span<uint8_t> buf);
+  // The order poll_transmit serves connections in, a datagram each in turn
+  // (docs/spec.md 8.6): by key_of(peer), starting with the first peer after
+  // `own_key` and wrapping around. When every endpoint of a cluster keys its
+  // peers the same way (the driver uses their addresses), each starts its
+  // round at a different peer, and an exchange with every peer begins as a
+  // permutation instead of every sender's first packets converging on the
+  // lowest key. Default: key = PeerId, own key 0. key_of is called when a
+  // connection is created (engine lock held) and must be quick.
+  void set_transmit_order(uint64_t own_key, std::function<uint64_t(PeerId)> key_of);
   // With config().driver_releases_completions: completions are held for
   // ACKs that poll_transmit has handed out (it returned nothing since), and
   // release_completions() makes them visible once those are with the kernel.
@@ -234,6 +243,15 @@ class Endpoint {
     std::unique_ptr<Connection> connection;
     PeerSession session;
   };
+  // A connection's place in the transmit round (set_transmit_order): its
+  // key's distance after the own key.
+  struct TransmitSlot {
+    uint64_t distance = 0;
+    PeerId id = 0;
+    Peer* peer = nullptr;
+  };
+  uint64_t transmit_distance(PeerId peer) const;
+  void add_to_transmit_order(PeerId id, Peer& peer);
   Peer* peer_for(PeerId peer, bool create);
   Connection* connection_for(PeerId peer, bool create);
   // Writes the trailer of the datagram the peer's connection wrote; returns
@@ -271,7 +289,11 @@ class Endpoint {
   uint32_t next_srq_ = 1;
   uint32_t ud_tx_cursor_ = 0;  // round-robin start among UD QPs
   uint32_t next_qpn_index_ = 0;
-  PeerId tx_cursor_ = 0;      // round-robin start among connections
+  // Every connection, by distance; the round continues at tx_next_.
+  std::vector<TransmitSlot> transmit_order_;
+  size_t tx_next_ = 0;
+  uint64_t transmit_own_key_ = 0;
+  std::function<uint64_t(PeerId)> transmit_key_of_;
   uint64_t planes_down_ = 0;  // bit per plane
   // Decoded form of the datagram being handled, kept between calls: a
   // Packet is over 1 KB, and zeroing a fresh one per datagram cost more than

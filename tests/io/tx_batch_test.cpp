@@ -247,6 +247,24 @@ TEST(PeerTableTest, LookupsAndDestinations) {
   EXPECT_EQ(view.destination(six, 0, length), nullptr);
 }
 
+// The transmit order key follows the address, then the home port, whatever
+// order the peers were first used in, so every host orders them alike.
+TEST(PeerTableTest, TransmitOrderKeysFollowAddressThenPort) {
+  PeerTable table(AF_INET);
+  const transport::PeerId c = table.get_or_add(v4("10.0.1.3", 4792));
+  const transport::PeerId a = table.get_or_add(v4("10.0.0.2", 4793));
+  const transport::PeerId b = table.get_or_add(v4("10.0.0.3", 4792));
+  const transport::PeerId a2 = table.get_or_add(v4("10.0.0.2", 4794));
+  EXPECT_LT(table.transmit_order_key(a), table.transmit_order_key(a2));
+  EXPECT_LT(table.transmit_order_key(a2), table.transmit_order_key(b));
+  EXPECT_LT(table.transmit_order_key(b), table.transmit_order_key(c));
+  PeerKey own;
+  ASSERT_TRUE(make_peer_key(v4("10.0.0.2", 0), 4793, own));
+  EXPECT_EQ(transmit_order_key(own), table.transmit_order_key(a));  // a host's own key is the one its peers give it
+  EXPECT_EQ(table.transmit_order_key(0), 0u);
+  EXPECT_EQ(table.transmit_order_key(9), 0u);
+}
+
 // Two planes, numbered in parallel (10.77.x.y on plane 0, 10.78.x.y on
 // plane 1): a peer added by its plane-0 address is reached on plane 1 at
 // 10.78.x.y, and datagrams from either address are that peer's.

@@ -69,6 +69,9 @@ Cluster::Cluster(const ClusterSpec& spec) : spec_(spec), sim_(spec.seed) {
     for (uint16_t rail = 0; rail < rails_; ++rail) {
       hosts_.push_back(std::make_unique<EngineHost>(config));
       node_ids_.push_back(fabric_->attach(*hosts_.back(), node, rail_planes[rail]));
+      // Peers are node ids here, which every host orders alike, as the
+      // runtime's address keys are.
+      hosts_.back()->endpoint().set_transmit_order(node_ids_.back(), nullptr);
       cqs_.push_back(hosts_.back()->endpoint().create_cq(1u << 20));
     }
   }
