@@ -14,7 +14,12 @@ namespace {
 // Ethernet + IPv4 + UDP headers, FCS, preamble and inter-frame gap: what a
 // datagram costs on the wire beyond its UDP payload. Used for pacing only.
 constexpr uint32_t kWireOverheadBytes = 66;
-constexpr uint32_t kMaxBackoffShift = 10;
+// A path's timeout doubles at most this many times (docs/spec.md 8.7): 16x
+// its base RTO. Only the stall kind backs off, with one packet in flight, so
+// a longer wait saves nothing; in an incast, a sender whose first window was
+// dropped whole hears nothing back, and 1024x kept it out for milliseconds
+// after the receiver's port had drained.
+constexpr uint32_t kMaxBackoffShift = 4;
 // A path of the peer counts as heard while it sent one of the last this
 // many packets from the peer per path the peer uses: a reply rotation
 // visits each path about once per path count.
