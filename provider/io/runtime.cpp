@@ -258,10 +258,12 @@ class RuntimeImpl final : public Runtime {
   uint16_t home_port_ = 0;
   bool gro_ = false;
   bool gso_ = false;
+  // Declared before engine_ so that it outlives the engine, whose transmit
+  // order asks it for peers' keys.
+  std::unique_ptr<PeerTable> peers_;
   std::unique_ptr<transport::Endpoint> engine_;
   uint16_t path_count_ = 1;
   size_t max_datagram_ = 0;
-  std::unique_ptr<PeerTable> peers_;
 
   std::thread thread_;
   std::atomic<bool> stop_{false};
