@@ -59,6 +59,10 @@ perftest() {
     for side in client server; do
       grep -aE 'UCX +(ERROR|FATAL|WARN)|Fatal|Assertion|Caught signal|failed|completion' "$log.$side" | grep -av 'metaroced' | head -n 8 |
         sed "s/^/#   $side: /"
+      # and, for a side that ran into its timeout, where it stopped
+      local code=$status
+      [ "$side" = server ] && code=$sstatus
+      if [ "$code" -eq 124 ]; then tail -n 6 "$log.$side" | sed "s/^/#   $side (last lines): /"; fi
     done
     RESULT[$name,$tls,$pct]=fail
   fi
