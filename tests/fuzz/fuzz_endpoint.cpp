@@ -888,7 +888,11 @@ void World::deliver(Side& to, PeerId from, std::span<const uint8_t> datagram, bo
 
   wire::Packet p;
   const auto inner = unframed(datagram);
-  const bool decodes = inner && wire::decode(*inner, p) == wire::DecodeStatus::Ok;
+  // A UdSend decodes, but on_datagram() is the connections' entry: the
+  // runtime hands UD to on_ud_datagram(), and on_datagram() counts a UdSend
+  // as malformed, whoever sent it.
+  const bool decodes =
+      inner && wire::decode(*inner, p) == wire::DecodeStatus::Ok && p.common.type != wire::PacketType::UdSend;
   const bool real_peer = from == (&to == &b_ ? kPeerA : kPeerB);
   const bool is_data = decodes && p.common.type == wire::PacketType::Data;
   const int qp = is_data ? to.qp_index(p.data.dst_qpn) : -1;
@@ -943,7 +947,8 @@ void World::deliver(Side& to, PeerId from, std::span<const uint8_t> datagram, bo
     fail("%s did not count an undecodable or corrupted datagram as malformed, failing integrity or of another mode",
          to.name);
   if (decodes && !real_peer && drop != &EndpointCounters::rx_drop_unknown_peer)
-    fail("%s accepted a datagram from peer %u, which it has no connection with", to.name, from);
+    fail("%s accepted a datagram from peer %u, which it has no connection with (counted: %s)", to.name, from,
+         drop ? counter_name(drop) : "no drop");
   if (drop) {
     const char* dropped = counter_name(drop);
     for (const auto& info : tp::kEndpointCounterInfo) {
