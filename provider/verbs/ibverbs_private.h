@@ -272,39 +272,26 @@ struct ibv_alloc_pd {
   struct ib_uverbs_cmd_hdr hdr;
   __attribute__((aligned(8))) uint8_t core_payload[sizeof(struct ib_uverbs_alloc_pd)];
 };
-struct ibv_create_cq {
-  struct ib_uverbs_cmd_hdr hdr;
-  __attribute__((aligned(8))) uint8_t core_payload[sizeof(struct ib_uverbs_create_cq)];
-};
-struct ibv_create_qp {
-  struct ib_uverbs_cmd_hdr hdr;
-  __attribute__((aligned(8))) uint8_t core_payload[sizeof(struct ib_uverbs_create_qp)];
-};
 struct ibv_modify_qp {
   struct ib_uverbs_cmd_hdr hdr;
   __attribute__((aligned(8))) uint8_t core_payload[sizeof(struct ib_uverbs_modify_qp)];
 };
 
 // Each returns 0 or a positive errno. ibv_cmd_get_context also sets the
-// context's async_fd and num_comp_vectors; the create/alloc commands set the
-// object's handle (and qp_num) from the kernel's answer.
+// context's async_fd and num_comp_vectors; ibv_cmd_alloc_pd sets the PD's
+// handle from the kernel's answer. (A kernel device's CQs and QPs are
+// created and a QP destroyed by kernel_commands.cpp.)
 int ibv_cmd_get_context(struct verbs_context* context, struct ibv_get_context* cmd, size_t cmd_size,
                         struct ib_uverbs_get_context_resp* resp, size_t resp_size);
 int ibv_cmd_alloc_pd(struct ibv_context* context, struct ibv_pd* pd, struct ibv_alloc_pd* cmd, size_t cmd_size,
                      struct ib_uverbs_alloc_pd_resp* resp, size_t resp_size);
 int ibv_cmd_dealloc_pd(struct ibv_pd* pd);
-int ibv_cmd_create_cq(struct ibv_context* context, int cqe, struct ibv_comp_channel* channel, int comp_vector,
-                      struct ibv_cq* cq, struct ibv_create_cq* cmd, size_t cmd_size,
-                      struct ib_uverbs_create_cq_resp* resp, size_t resp_size);
 int ibv_cmd_destroy_cq(struct ibv_cq* cq);
 // IB_USER_VERBS_CMD_REQ_NOTIFY_CQ: metaroce.ko answers it for a user CQ by
 // signalling the CQ's completion channel (the provider's doorbell).
 int ibv_cmd_req_notify_cq(struct ibv_cq* cq, int solicited_only);
-int ibv_cmd_create_qp(struct ibv_pd* pd, struct ibv_qp* qp, struct ibv_qp_init_attr* attr, struct ibv_create_qp* cmd,
-                      size_t cmd_size, struct ib_uverbs_create_qp_resp* resp, size_t resp_size);
 int ibv_cmd_modify_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int attr_mask, struct ibv_modify_qp* cmd,
                       size_t cmd_size);
-int ibv_cmd_destroy_qp(struct ibv_qp* qp);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -5,8 +5,12 @@
 // context's async_fd with the command (the ioctl form's EVENT_FD attribute),
 // and a MetaRoCE context's async_fd is the provider's event pipe, which the
 // kernel refuses (EBADF); the write form uses the context's own kernel
-// event file. The objects' later commands (modify, destroy) go through
-// libibverbs as usual, by handle.
+// event file. A QP's destroy is a write command too: libibverbs'
+// ibv_cmd_destroy_qp() then waits until the QP's acknowledged async events
+// match the kernel's count of those it delivered, and the kernel delivers
+// none of ours (the provider's pipe does; destroy_qp in qp.cpp waits for
+// those). The objects' other commands (modify, the CQ's destroy) go
+// through libibverbs as usual, by handle.
 #include <rdma/ib_user_ioctl_cmds.h>
 #include <rdma/rdma_user_ioctl_cmds.h>
 #include <sys/ioctl.h>
@@ -89,6 +93,14 @@ int kernel_create_qp(ibv_pd* pd, const ibv_qp_init_attr& attr, ibv_qp& qp) {
   qp.handle = resp.qp_handle;
   qp.qp_num = resp.qpn;
   return 0;
+}
+
+int kernel_destroy_qp(ibv_qp& qp) {
+  ib_uverbs_destroy_qp cmd{};
+  ib_uverbs_destroy_qp_resp resp{};
+  cmd.qp_handle = qp.handle;
+  const int err = write_command(qp.context->cmd_fd, IB_USER_VERBS_CMD_DESTROY_QP, cmd, resp);
+  return err == EIO ? 0 : err;
 }
 
 }  // namespace metaroce::verbs

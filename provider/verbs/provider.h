@@ -373,6 +373,9 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr);
 // they set the handle, and the QP number).
 int kernel_create_cq(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_vector, ibv_cq& cq);
 int kernel_create_qp(ibv_pd* pd, const ibv_qp_init_attr& attr, ibv_qp& qp);
+// Destroys the kernel's QP object (0 or an errno; EIO, a removed device,
+// counts as done), without libibverbs' wait on the QP's event count.
+int kernel_destroy_qp(ibv_qp& qp);
 // A new kernel async event file for the context on cmd_fd: its descriptor,
 // or a negative errno.
 int kernel_alloc_async_fd(int cmd_fd);

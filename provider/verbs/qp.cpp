@@ -215,7 +215,7 @@ ibv_qp* create(Context* ctx, ibv_context* context, ibv_pd* pd, const ibv_qp_init
     return qpn;
   });
   if (qp->qpn == 0) {
-    if (ctx->device->kernel) (void)ibv_cmd_destroy_qp(&q);
+    if (ctx->device->kernel) (void)kernel_destroy_qp(q);
     delete qp;
     errno = ENOMEM;  // QP numbers used up
     return nullptr;
@@ -385,13 +385,7 @@ int destroy_qp(ibv_qp* ibqp) {
   ctx->engine([&](transport::Endpoint&) { ctx->qps.erase(qp->qpn); });
   wait_event_acks(qp->events, ibqp->mutex, ibqp->cond, ibqp->events_completed);
   if (ctx->device->kernel) {
-    // The kernel counts only its own events (none for our QPs), and
-    // libibverbs waits for the acknowledgements to match its count.
-    pthread_mutex_lock(&ibqp->mutex);
-    ibqp->events_completed = 0;
-    pthread_mutex_unlock(&ibqp->mutex);
-    // EIO from a removed device counts as done (libibverbs maps it to 0).
-    if (const int err = ibv_cmd_destroy_qp(ibqp)) {
+    if (const int err = kernel_destroy_qp(*ibqp)) {
       ctx->engine([&](transport::Endpoint&) { ctx->qps[qp->qpn] = qp; });
       return err;
     }

@@ -63,16 +63,25 @@ sed 's/^/# /' "$OUT.devinfo"
 
 # Bad driver data straight to the character device: clear errnos, no oops.
 uverbs_of() { local d; for d in /sys/class/infiniband_verbs/uverbs*; do [ "$(cat "$d/ibdev")" = "$1" ] && { echo "/dev/infiniband/${d##*/}"; return 0; }; done; return 1; }
-if [ -x "$MROCE_STAGE/bin/uverbs_abi_probe" ]; then
-  if out=$("$MROCE_STAGE/bin/uverbs_abi_probe" "$(uverbs_of mr0)" 2>&1); then :; fi
+# probe_lines: a probe's ok / not ok lines (on stdin: no pipe into it, whose
+# subshell would lose the counts) as this script's own.
+probe_lines() {
+  local line
   while IFS= read -r line; do
     case $line in
       "ok - "*) pass "${line#ok - }" ;;
       "not ok - "*) not_ok "${line#not ok - }" ;;
       *) echo "# $line" ;;
     esac
-  done <<<"$out"
-fi
+  done
+}
+for probe in uverbs_abi_probe qp_destroy_events; do
+  [ -x "$MROCE_STAGE/bin/$probe" ] || not_ok "$probe was not staged in the guest"
+done
+probe_lines < <("$MROCE_STAGE/bin/uverbs_abi_probe" "$(uverbs_of mr0)" 2>&1)
+# A QP destroyed while another thread acknowledges its events (as UCX tears
+# rc_verbs down): ibv_destroy_qp must return.
+probe_lines < <(ip netns exec ns0 "$MROCE_STAGE/bin/qp_destroy_events" mr0 2>&1)
 
 expect "GID table of mr0 holds 10.0.0.1 (RoCE v2)" wait_until 20 gid_index mr0 10.0.0.1
 for d in "mr0 10.0.0.1" "mr1 10.0.0.2" "rxe0 10.0.1.1"; do

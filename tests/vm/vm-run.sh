@@ -5,9 +5,10 @@
 # overlay, runs a guest test script and exits with its status.
 #
 #   vm-run.sh --ko PATH/metaroce.ko --provider PATH/libmetaroce.so.1.0.0
-#             --work DIR --test GUEST_SCRIPT [--probe PATH] [--timeout SECONDS]
+#             --work DIR --test GUEST_SCRIPT [--probe PATH]... [--timeout SECONDS]
 #   vm-run.sh --debs DIR --work DIR --test GUEST_SCRIPT [--timeout SECONDS]
 #
+# Each --probe program is copied to the guest's $MROCE_STAGE/bin.
 # With --pair two guests run the script, each with its role (a or b), joined
 # by an Ethernet link of their own (below); both must pass.
 # With --debs the guest gets the .debs of DIR (scripts/build-debs) instead
@@ -20,7 +21,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-ko="" provider="" work="" test="" probe="" debs="" pair="" timeout=720
+ko="" provider="" work="" test="" probes=() debs="" pair="" timeout=720
 while [ $# -gt 0 ]; do
   case $1 in
     --debs) debs=$2; shift 2 ;;
@@ -28,7 +29,7 @@ while [ $# -gt 0 ]; do
     --provider) provider=$2; shift 2 ;;
     --work) work=$2; shift 2 ;;
     --test) test=$2; shift 2 ;;
-    --probe) probe=$2; shift 2 ;;
+    --probe) probes+=("$2"); shift 2 ;;
     --timeout) timeout=$2; shift 2 ;;
     --pair) pair=1; shift ;;
     *) echo "vm-run.sh: unknown argument $1" >&2; exit 2 ;;
@@ -77,7 +78,7 @@ if [ -z "$debs" ]; then
   # What the guest installs into its overlay: the provider and its driver file.
   mkdir -p "$stage/provider" "$stage/bin"
   cp "$provider" "$stage/provider/libmetaroce-rdmav34.so"  # as libibverbs' provider directory names it
-  [ -z "$probe" ] || cp "$probe" "$stage/bin/"
+  [ ${#probes[@]} -eq 0 ] || cp "${probes[@]}" "$stage/bin/"
 else
   # --- the install test's module tree, which guest-boot.sh mounts (tmpfs)
   # as /lib/modules/$kver: DKMS installs metaroce.ko into it and runs depmod
