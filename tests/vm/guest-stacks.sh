@@ -35,7 +35,8 @@ perftest() {
   # "rc" is rc_verbs with ud_verbs for that.
   [ "$tls" = rc_verbs ] && list=rc,self
   loss "$pct"
-  ip netns exec ns1 env UCX_NET_DEVICES=$sdev UCX_TLS="$list" timeout 300 ucx_perftest "$@" -p $PORT >"$log.server" 2>&1 &
+  rm -f "$log.stacks"
+  ip netns exec ns1 env UCX_NET_DEVICES=$sdev UCX_TLS="$list" ucx_perftest "$@" -p $PORT >"$log.server" 2>&1 &
   local server=$!
   if ! wait_tcp_listener -n ns1 -p "$server" -t 60 $PORT; then
     not_ok "ucx_perftest $name over $tls, loss $pct%: server did not listen"; sed 's/^/#   /' "$log.server" | tail -20
@@ -43,8 +44,13 @@ perftest() {
   fi
   local status=0 sstatus=0
   # UCX_LOG_LEVEL=info prints the lanes each endpoint uses.
-  ip netns exec ns0 env UCX_NET_DEVICES=$cdev UCX_TLS="$list" UCX_LOG_LEVEL=info timeout 300 ucx_perftest 10.0.0.2 "$@" -p $PORT >"$log.client" 2>&1 || status=$?
+  ip netns exec ns0 env UCX_NET_DEVICES=$cdev UCX_TLS="$list" UCX_LOG_LEVEL=info ucx_perftest 10.0.0.2 "$@" -p $PORT >"$log.client" 2>&1 &
+  local client=$!
+  # A run takes seconds; one side still running after 120 s has hung.
+  local watch; watch=$(watchdog 120 "$log.stacks" "$client" "$server")
+  wait "$client" || status=$?
   wait "$server" || sstatus=$?
+  stop_watchdog "$watch"
   # The "Final:" line: iterations, then latency (typical, avg, overall) and
   # bandwidth (average, overall) and message rate.
   local final; final=$(grep -E '^ *Final:' "$log.client" | tail -1)
@@ -59,11 +65,12 @@ perftest() {
     for side in client server; do
       grep -aE 'UCX +(ERROR|FATAL|WARN)|Fatal|Assertion|Caught signal|failed|completion' "$log.$side" | grep -av 'metaroced' | head -n 8 |
         sed "s/^/#   $side: /"
-      # and, for a side that ran into its timeout, where it stopped
+      # and, for a side the watchdog killed, where it stopped
       local code=$status
       [ "$side" = server ] && code=$sstatus
-      if [ "$code" -eq 124 ]; then tail -n 6 "$log.$side" | sed "s/^/#   $side (last lines): /"; fi
+      if [ "$code" -eq 137 ]; then tail -n 6 "$log.$side" | sed "s/^/#   $side (last lines): /"; fi
     done
+    if [ -s "$log.stacks" ]; then head -n 80 "$log.stacks" | sed 's/^/#   stacks: /'; fi
     RESULT[$name,$tls,$pct]=fail
   fi
 }
