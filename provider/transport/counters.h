@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
+#include "metaroce/wire.h"
 #include "types.h"
 
 namespace metaroce::transport {
@@ -116,6 +118,25 @@ struct PathSnapshot {
   Time srtt_ns = 0;
   Time min_rtt_ns = 0;
   double ecn_alpha = 0;
+};
+
+// What the transport timer saw when it failed a QP with RETRY_EXC_ERR: the
+// oldest unfinished message and the connection's paths, for the provider's
+// one-line report of why.
+struct RetryExhaustion {
+  uint32_t expiries = 0;  // retry_cnt + 1
+  Time interval_ns = 0;
+  uint32_t msn = 0;
+  wire::Opcode opcode = wire::Opcode::Send;
+  uint32_t length = 0;
+  uint32_t chunks = 0;
+  uint32_t sent = 0;        // chunks sent in this attempt
+  uint32_t acked = 0;       // ... acknowledged in this attempt
+  uint32_t ever_acked = 0;  // ... in any attempt
+  uint16_t attempt = 0;
+  uint32_t rnr_naks = 0;
+  uint32_t stall_probes = 0;
+  std::vector<PathSnapshot> paths;
 };
 
 // Calls f(name, value) for every field of `p`: the names METAROCE_STATS and

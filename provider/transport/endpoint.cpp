@@ -376,6 +376,11 @@ std::optional<QpState> Endpoint::qp_state(uint32_t qpn) const {
   return std::nullopt;
 }
 
+const RetryExhaustion* Endpoint::retry_exhaustion(uint32_t qpn) const {
+  const QueuePair* qp = find_qp(qpn);
+  return qp && qp->retry_exhaustion() ? &*qp->retry_exhaustion() : nullptr;
+}
+
 PostResult Endpoint::post_send(uint32_t qpn, const SendWr& wr) {
   QueuePair* qp = find_qp(qpn);
   return qp ? qp->post_send(wr) : PostResult::NoSuchObject;

@@ -132,6 +132,8 @@ class Endpoint {
   // that are not verbs (the simulator, benches, tests).
   PostResult connect_qp(uint32_t qpn, PeerId peer, uint32_t remote_qpn, const QpConfig& config);
   std::optional<QpState> qp_state(uint32_t qpn) const;
+  // Why the transport timer failed an RC QP, if it did (null otherwise).
+  const RetryExhaustion* retry_exhaustion(uint32_t qpn) const;
 
   PostResult post_send(uint32_t qpn, const SendWr& wr);
   PostResult post_recv(uint32_t qpn, const RecvWr& wr);

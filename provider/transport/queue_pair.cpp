@@ -45,6 +45,7 @@ void QueuePair::to_reset() {
   reads_atomics_in_flight_ = 0;
   retry_at_ = kNever;
   retries_ = 0;
+  retry_exhaustion_.reset();
   fatal_.reset();
   fatal_naked_attempt_ = -1;
   abandoned_.clear();

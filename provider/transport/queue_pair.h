@@ -13,8 +13,10 @@
 #include <map>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "config.h"
+#include "counters.h"
 #include "message.h"
 #include "metaroce/wire.h"
 #include "queue_pair_common.h"
@@ -101,6 +103,8 @@ class QueuePair final : public QueuePairCommon {
   // returns true; the second time the whole message is sent again as a new
   // attempt, since a chunk may have been refused for RNR.
   bool on_retry_timer(Time now, ChunkRef& ref);
+  // Set when the timer failed this QP.
+  const std::optional<RetryExhaustion>& retry_exhaustion() const { return retry_exhaustion_; }
   // Every chunk's source memory is checked again before each send: the
   // application may have deregistered (and freed) it since the work
   // request was posted or the READ arrived.
@@ -179,6 +183,7 @@ class QueuePair final : public QueuePairCommon {
   // A request made progress: the retry count starts again.
   void note_progress(Time now);
   Time retry_interval() const;
+  void record_retry_exhaustion();
   bool requests_outstanding() const;
   void complete_send_wr(const OutboundMessage& message, WcStatus status);
   void flush() override;
@@ -204,6 +209,7 @@ class QueuePair final : public QueuePairCommon {
   uint32_t reads_atomics_in_flight_ = 0;
   Time retry_at_ = kNever;
   uint32_t retries_ = 0;  // consecutive expiries without progress
+  std::optional<RetryExhaustion> retry_exhaustion_;
 
   // Responder. recv_queue_[i] is the WQE of receive ordinal recv_consumed_ + i.
   uint32_t recv_consumed_ = 0;  // receive WQEs completed so far

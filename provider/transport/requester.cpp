@@ -324,11 +324,34 @@ bool QueuePair::on_retry_timer(Time now, ChunkRef& ref) {
   }
   if (++retries_ > config_.retry_cnt) {
     retry_at_ = kNever;
+    record_retry_exhaustion();
     fail_with(WcStatus::RetryExceeded);
     return false;
   }
   retry_at_ = now + retry_interval();
   return recover_stalled(ref);
+}
+
+void QueuePair::record_retry_exhaustion() {
+  RetryExhaustion r;
+  r.expiries = retries_;
+  r.interval_ns = retry_interval();
+  for (const OutboundMessage& m : send_queue_) {
+    if (m.done) continue;
+    r.msn = m.msn;
+    r.opcode = m.opcode;
+    r.length = m.length;
+    r.chunks = m.chunks;
+    r.sent = m.next_chunk;
+    r.acked = m.acked.count();
+    r.ever_acked = m.ever_acked.count();
+    r.attempt = m.attempt;
+    r.rnr_naks = m.rnr_naks;
+    r.stall_probes = m.stall_probes;
+    break;
+  }
+  if (connection_) r.paths = connection_->snapshots();
+  retry_exhaustion_ = std::move(r);
 }
 
 Time QueuePair::next_rnr_resend() const {

@@ -17,6 +17,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <string>
 
 #include "provider.h"
 #include "library_thread.h"
@@ -66,10 +68,38 @@ void Context::post_async_event(uint64_t element, ibv_event_type type) {
   (void)!::write(async_write_fd, &desc, sizeof desc);
 }
 
-void Context::on_async_event(const transport::AsyncEvent& event) {
+namespace {
+
+// One line on stderr for a QP the transport timer failed (the application
+// sees IBV_WC_RETRY_EXC_ERR): what was outstanding and how the paths stood,
+// where an RDMA NIC leaves the user to guess.
+void report_retry_exhaustion(const std::string& device, uint32_t qpn, const transport::RetryExhaustion& r) {
+  std::string paths;
+  for (const transport::PathSnapshot& p : r.paths) {
+    char one[160];
+    std::snprintf(one, sizeof one, " [path %u %s: window %u inflight %u srtt %.1f ms sent %llu lost %llu]", p.path_id,
+                  transport::to_string(p.health), p.window_bytes, p.inflight_bytes, p.srtt_ns / 1e6,
+                  static_cast<unsigned long long>(p.packets_sent), static_cast<unsigned long long>(p.lost));
+    paths += one;
+  }
+  std::fprintf(stderr,
+               "metaroce: %s: QP 0x%x: transport retry counter exceeded (%u timeouts of %.1f ms without progress): "
+               "msn %u %s of %u bytes, attempt %u: %u of %u chunks sent, %u acknowledged (%u in any attempt), "
+               "%u RNR NAKs, %u tail probes;%s\n",
+               device.c_str(), qpn, r.expiries, r.interval_ns / 1e6, r.msn, wire::to_string(r.opcode), r.length,
+               r.attempt, r.sent, r.chunks, r.acked, r.ever_acked, r.rnr_naks, r.stall_probes,
+               paths.empty() ? " no paths" : paths.c_str());
+}
+
+}  // namespace
+
+void Context::on_async_event(const transport::Endpoint& e, const transport::AsyncEvent& event) {
   switch (event.kind) {
     case transport::AsyncEventKind::QpFatal:
     case transport::AsyncEventKind::QpLastWqeReached: {
+      if (event.kind == transport::AsyncEventKind::QpFatal)
+        if (const transport::RetryExhaustion* r = e.retry_exhaustion(event.object))
+          report_retry_exhaustion(device->name, event.object, *r);
       auto it = qps.find(event.object);
       if (it == qps.end()) return;
       Qp* qp = it->second;

@@ -247,7 +247,7 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
   raw->runtime->set_completion_listener([raw](uint32_t cq) { raw->on_completion(cq); });
   watch_at_exit(raw->runtime.get());
   raw->engine([raw](transport::Endpoint& e) {
-    e.set_async_observer([raw](const transport::AsyncEvent& event) { raw->on_async_event(event); });
+    e.set_async_observer([raw, &e](const transport::AsyncEvent& event) { raw->on_async_event(e, event); });
   });
   return &alloc->vctx;
 }

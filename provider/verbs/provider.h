@@ -268,7 +268,7 @@ struct Context {
   // Writes one ib_uverbs_async_event_desc (element: an object pointer or a
   // port number).
   void post_async_event(uint64_t element, ibv_event_type type);
-  void on_async_event(const transport::AsyncEvent& event);  // engine lock held
+  void on_async_event(const transport::Endpoint& e, const transport::AsyncEvent& event);  // engine lock held
   // Objects whose events may still be in the pipe, by the element an event
   // names: registered at creation, kept after destruction (memory and all)
   // while an event written for them is unread, and freed with the context.

@@ -571,6 +571,26 @@ TEST_F(VerbsSemantics, VerbsTimeoutBoundsTheTimeToNoticeADeadPeer) {
   EXPECT_EQ(done[0].status, WcStatus::RetryExceeded);
   EXPECT_GE(rig_->sim().now(), 4 * config.timeout_ns);
   EXPECT_LT(rig_->sim().now(), 4 * config.timeout_ns + config.timeout_ns / 2);
+  // What the timer saw, for the provider's report: the WRITE (one chunk),
+  // sent and never acknowledged, after 4 expiries of 1 ms, on every path.
+  EXPECT_EQ(b().retry_exhaustion(qp_.qp_b), nullptr);
+  const transport::RetryExhaustion* r = a().retry_exhaustion(qp_.qp_a);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->expiries, 4u);
+  EXPECT_EQ(r->interval_ns, config.timeout_ns);
+  EXPECT_EQ(r->msn, 1u);
+  EXPECT_EQ(r->opcode, wire::Opcode::Write);
+  EXPECT_EQ(r->length, 1000u);
+  EXPECT_EQ(r->chunks, 1u);
+  EXPECT_EQ(r->sent, 1u);
+  EXPECT_EQ(r->acked, 0u);
+  EXPECT_EQ(r->ever_acked, 0u);
+  ASSERT_EQ(a().peers().size(), 1u);
+  EXPECT_EQ(r->paths.size(), a().path_snapshots(a().peers()[0]).size());
+  EXPECT_FALSE(r->paths.empty());
+  // A QP reset for reuse forgets it.
+  ASSERT_EQ(a().modify_qp(qp_.qp_a, transport::QpModify{}), PostResult::Ok);
+  EXPECT_EQ(a().retry_exhaustion(qp_.qp_a), nullptr);
 }
 
 TEST_F(VerbsSemantics, RoceV2GoBackNSurvivesAQpDestroyedWithPacketsInFlight) {

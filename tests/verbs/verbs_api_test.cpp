@@ -1104,6 +1104,31 @@ TEST_F(VerbsTest, SharedReceiveQueueFeedsSeveralRcQps) {
   EXPECT_EQ(ibv_destroy_srq(srq), 0);
 }
 
+// A WRITE to a responder that stopped answering (its QP reset) fails with
+// RETRY_EXC_ERR after retry_cnt + 1 timeouts, and the provider says on
+// stderr what the timer saw: the message, how much of it was acknowledged,
+// and the paths.
+TEST_F(VerbsTest, RetryExhaustionIsReportedOnStderr) {
+  pair();
+  ibv_qp_attr reset{};
+  reset.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(ibv_modify_qp(qb, &reset, IBV_QP_STATE), 0);
+  Buffer& src = a.buffer(3000);
+  Buffer& dst = b.buffer(3000);
+  testing::internal::CaptureStderr();
+  ASSERT_EQ(post_rdma(qa, IBV_WR_RDMA_WRITE, sge(src, 0, 3000), dst, 7), 0);
+  const auto wc = wait_wc(a.scq, 1);
+  const std::string err = testing::internal::GetCapturedStderr();
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, IBV_WC_RETRY_EXC_ERR);
+  char qp[64];
+  std::snprintf(qp, sizeof qp, "QP 0x%x: transport retry counter exceeded (8 timeouts of", qa->qp_num);
+  EXPECT_NE(err.find(qp), std::string::npos) << err;
+  EXPECT_NE(err.find(" WRITE of 3000 bytes, attempt 0: 1 of 1 chunks sent"), std::string::npos) << err;
+  EXPECT_NE(err.find("0 acknowledged (0 in any attempt)"), std::string::npos) << err;
+  EXPECT_NE(err.find("[path 0 "), std::string::npos) << err;
+}
+
 // UCX flushes an RC QP with a zero-length RDMA WRITE whose rkey and address
 // are 0: no memory is touched, so none is checked (IB spec 9.7.4.1.6).
 TEST_F(VerbsTest, ZeroLengthRdmaChecksNoKey) {
