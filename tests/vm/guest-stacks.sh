@@ -84,15 +84,20 @@ verbs() {
   local log=/tmp/verbs.$name.$pct gid0 gid1
   gid0=$(gid_index mr0 10.0.0.1); gid1=$(gid_index mr1 10.0.0.2)
   loss "$pct"
-  ip netns exec ns1 timeout 300 "$name" -d mr1 -x "$gid1" -F -p $PORT "$@" >"$log.server" 2>&1 &
+  rm -f "$log.stacks"
+  ip netns exec ns1 "$name" -d mr1 -x "$gid1" -F -p $PORT "$@" >"$log.server" 2>&1 &
   local server=$!
   if ! wait_tcp_listener -n ns1 -p "$server" -t 60 $PORT; then
     not_ok "$name, loss $pct%: server did not listen"; tail -n 8 "$log.server" | sed 's/^/#   /'
     kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; RESULT[$name,verbs,$pct]=fail; return
   fi
   local status=0 sstatus=0
-  ip netns exec ns0 timeout 300 "$name" -d mr0 -x "$gid0" -F -p $PORT "$@" 10.0.0.2 >"$log.client" 2>&1 || status=$?
+  ip netns exec ns0 "$name" -d mr0 -x "$gid0" -F -p $PORT "$@" 10.0.0.2 >"$log.client" 2>&1 &
+  local client=$!
+  local watch; watch=$(watchdog 120 "$log.stacks" "$client" "$server")
+  wait "$client" || status=$?
   wait "$server" || sstatus=$?
+  stop_watchdog "$watch"
   # The figures' line follows the "#bytes" header: ib_write_bw gives BW
   # average (MB/s) in its 4th column, ib_send_lat t_typical (us) in its 5th.
   local figures; figures=$(grep -A1 -E '^ *#bytes' "$log.client" | tail -1)
@@ -104,6 +109,7 @@ verbs() {
     pass "$name over mr0/mr1, loss $pct%: ${RESULT[$name,verbs,$pct]}"
   else
     not_ok "$name over mr0/mr1, loss $pct% (client $status, server $sstatus)"; tail -n 8 "$log.client" | sed 's/^/#   /'
+    if [ -s "$log.stacks" ]; then head -n 80 "$log.stacks" | sed 's/^/#   stacks: /'; fi
     RESULT[$name,verbs,$pct]=fail
   fi
 }
