@@ -15,6 +15,12 @@
 #   expect_not DESC CMD...   pass DESC if CMD fails
 #   expect_fail DESC PATTERN CMD...
 #                            pass if CMD fails and its output matches PATTERN (grep -E)
+#   watchdog SECONDS FILE PID...
+#                            in the background: after SECONDS, the thread stacks
+#                            (gdb) of each PID still running and of its
+#                            descendants go to FILE, and they are killed (wait
+#                            reports 137). Prints the watcher, for stop_watchdog
+#                            once the PIDs are done: a hang shows where it stopped.
 #
 # The exit status is fail's 1 or skip's 77, else 1 when anything was not_ok,
 # else the script's own. At exit, whatever the reason: every background job
@@ -74,6 +80,38 @@ expect_fail() {
 # at_exit CMD...: runs CMD (eval'd) at exit. Use it rather than `trap ... EXIT`,
 # which would replace the harness's own.
 at_exit() { HARNESS_HOOKS+=("$*"); }
+
+harness_process_tree() {
+    local child
+    echo "$1"
+    for child in $(pgrep -P "$1"); do harness_process_tree "$child"; done
+}
+watchdog() {
+    local secs=$1 file=$2
+    shift 2
+    (
+        trap 'kill "$timer" 2>/dev/null; exit 0' TERM
+        sleep "$secs" &
+        timer=$!
+        wait "$timer"
+        for pid in "$@"; do
+            kill -0 "$pid" 2>/dev/null || continue
+            tree=$(harness_process_tree "$pid")
+            for p in $tree; do
+                {
+                    echo "pid $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)"
+                    if command -v gdb >/dev/null; then
+                        gdb -p "$p" -batch -nx -ex "thread apply all bt 25" 2>&1 | grep -E '^(#|Thread)'
+                    fi
+                } >>"$file"
+            done
+            # shellcheck disable=SC2086
+            kill -9 $tree 2>/dev/null
+        done
+    ) >/dev/null 2>&1 &
+    echo $!
+}
+stop_watchdog() { kill "$1" 2>/dev/null || true; }
 
 harness_exit() {
     local rc=$? i pid jobs

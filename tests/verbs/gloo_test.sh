@@ -44,9 +44,14 @@ job() {
       --device mr0 --port 1 --gid-index 0 >"$work/$name-rank$r.log" 2>&1 &
     pids+=($!)
   done
+  # A job takes seconds; one still running after 45 s has hung (gloo's own
+  # timeout would end it at 60): where each rank's threads stopped is kept.
+  local watch
+  watch=$(watchdog 45 "$work/$name.stacks" "${pids[@]}")
   for ((r = 0; r < RANKS; r++)); do
     wait "${pids[r]}" || { rc=$?; echo "$name: rank $r exit $rc" >>"$work/$name-rank$r.log"; }
   done
+  stop_watchdog "$watch"
   JOB_SECONDS=$(awk -v us=$(($(harness_now_us) - t0)) 'BEGIN { printf "%.1f", us / 1e6 }')
   ((rc == 0)) || return 1
   for ((r = 0; r < RANKS; r++)); do
@@ -58,7 +63,10 @@ job() {
 jobs_pass() {
   local count=$1 label=$2 run_opts=$3 i times=""
   for ((i = 1; i <= count; i++)); do
-    job "$label$i" "$run_opts" || fail_with_logs "$label run $i of $count failed after $JOB_SECONDS s"
+    if ! job "$label$i" "$run_opts"; then
+      if [[ -s "$work/$label$i.stacks" ]]; then sed 's/^/# stacks: /' "$work/$label$i.stacks" >&2; fi
+      fail_with_logs "$label run $i of $count failed after $JOB_SECONDS s"
+    fi
     times+=" $JOB_SECONDS"
     if ((i == 1)); then sed "s/^/# /" "$work/${label}1-rank0.log"; fi
   done

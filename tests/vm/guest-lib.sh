@@ -41,31 +41,6 @@ gid_index() {
 # elapsed START: seconds since START (date +%s), for the log.
 elapsed() { echo $(( $(date +%s) - $1 )); }
 
-# watchdog SECONDS FILE PID...: in the background, after SECONDS, appends
-# the threads' stacks (gdb) of each PID still running to FILE and kills it
-# (wait then reports 137). Prints the watcher's PID, for stop_watchdog once
-# the PIDs are done. A hang then shows where each side stopped.
-watchdog() {
-  local secs=$1 file=$2
-  shift 2
-  (
-    trap 'kill "$timer" 2>/dev/null; exit 0' TERM
-    sleep "$secs" &
-    timer=$!
-    wait "$timer"
-    for pid in "$@"; do
-      kill -0 "$pid" 2>/dev/null || continue
-      {
-        echo "pid $pid: $(tr '\0' ' ' <"/proc/$pid/cmdline")"
-        gdb -p "$pid" -batch -nx -ex "thread apply all bt 25" 2>&1 | grep -E '^(#|Thread)'
-      } >>"$file"
-      kill -9 "$pid" 2>/dev/null
-    done
-  ) >/dev/null 2>&1 &
-  echo $!
-}
-stop_watchdog() { kill "$1" 2>/dev/null || true; }
-
 # set_loss PERCENT [NFT_MATCH]: random loss of PERCENT% (an integer; 0
 # removes it) on the UDP datagrams the namespaces of LOSS_NAMESPACES
 # (default: ns0 and ns1; "init" is the initial one) receive that match
