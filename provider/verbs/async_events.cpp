@@ -82,13 +82,13 @@ void report_retry_exhaustion(const std::string& device, uint32_t qpn, const tran
                   static_cast<unsigned long long>(p.packets_sent), static_cast<unsigned long long>(p.lost));
     paths += one;
   }
-  std::fprintf(stderr,
-               "metaroce: %s: QP 0x%x: transport retry counter exceeded (%u timeouts of %.1f ms without progress): "
-               "msn %u %s of %u bytes, attempt %u: %u of %u chunks sent, %u acknowledged (%u in any attempt), "
-               "%u RNR NAKs, %u tail probes;%s\n",
-               device.c_str(), qpn, r.expiries, r.interval_ns / 1e6, r.msn, wire::to_string(r.opcode), r.length,
-               r.attempt, r.sent, r.chunks, r.acked, r.ever_acked, r.rnr_naks, r.stall_probes,
-               paths.empty() ? " no paths" : paths.c_str());
+  std::fprintf(
+      stderr,
+      "metaroce: %s: QP 0x%x: transport retry counter exceeded (%u timeouts without progress, the last %.1f ms): "
+      "msn %u %s of %u bytes, attempt %u: %u of %u chunks sent, %u acknowledged (%u in any attempt), "
+      "%u RNR NAKs, %u tail probes;%s\n",
+      device.c_str(), qpn, r.expiries, r.interval_ns / 1e6, r.msn, wire::to_string(r.opcode), r.length, r.attempt,
+      r.sent, r.chunks, r.acked, r.ever_acked, r.rnr_naks, r.stall_probes, paths.empty() ? " no paths" : paths.c_str());
 }
 
 }  // namespace

@@ -5,10 +5,10 @@
 // context's async_fd with the command (the ioctl form's EVENT_FD attribute),
 // and a MetaRoCE context's async_fd is the provider's event pipe, which the
 // kernel refuses (EBADF); the write form uses the context's own kernel
-// event file. A QP's destroy is a write command too: libibverbs'
-// ibv_cmd_destroy_qp() then waits until the QP's acknowledged async events
-// match the kernel's count of those it delivered, and the kernel delivers
-// none of ours (the provider's pipe does; destroy_qp in qp.cpp waits for
+// event file. A QP's destroy is a write command too, not libibverbs'
+// ibv_cmd_destroy_qp(), which waits until the QP's acknowledged async events
+// match the kernel's count of those it delivered: the kernel delivers none
+// of ours (the provider's pipe does, and destroy_qp in qp.cpp waits for
 // those). The objects' other commands (modify, the CQ's destroy) go
 // through libibverbs as usual, by handle.
 #include <rdma/ib_user_ioctl_cmds.h>

@@ -1121,8 +1121,9 @@ TEST_F(VerbsTest, RetryExhaustionIsReportedOnStderr) {
   const std::string err = testing::internal::GetCapturedStderr();
   ASSERT_EQ(wc.size(), 1u);
   EXPECT_EQ(wc[0].status, IBV_WC_RETRY_EXC_ERR);
-  char qp[64];
-  std::snprintf(qp, sizeof qp, "QP 0x%x: transport retry counter exceeded (8 timeouts of", qa->qp_num);
+  char qp[128];
+  std::snprintf(qp, sizeof qp, "QP 0x%x: transport retry counter exceeded (8 timeouts without progress, the last ",
+                qa->qp_num);
   EXPECT_NE(err.find(qp), std::string::npos) << err;
   EXPECT_NE(err.find(" WRITE of 3000 bytes, attempt 0: 1 of 1 chunks sent"), std::string::npos) << err;
   EXPECT_NE(err.find("0 acknowledged (0 in any attempt)"), std::string::npos) << err;
