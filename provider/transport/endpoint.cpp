@@ -378,7 +378,7 @@ std::optional<QpState> Endpoint::qp_state(uint32_t qpn) const {
 
 const RetryExhaustion* Endpoint::retry_exhaustion(uint32_t qpn) const {
   const QueuePair* qp = find_qp(qpn);
-  return qp && qp->retry_exhaustion() ? &*qp->retry_exhaustion() : nullptr;
+  return qp ? qp->retry_exhaustion() : nullptr;
 }
 
 PostResult Endpoint::post_send(uint32_t qpn, const SendWr& wr) {

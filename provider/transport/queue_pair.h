@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -104,7 +105,7 @@ class QueuePair final : public QueuePairCommon {
   // attempt, since a chunk may have been refused for RNR.
   bool on_retry_timer(Time now, ChunkRef& ref);
   // Set when the timer failed this QP.
-  const std::optional<RetryExhaustion>& retry_exhaustion() const { return retry_exhaustion_; }
+  const RetryExhaustion* retry_exhaustion() const { return retry_exhaustion_.get(); }
   // Every chunk's source memory is checked again before each send: the
   // application may have deregistered (and freed) it since the work
   // request was posted or the READ arrived.
@@ -208,8 +209,8 @@ class QueuePair final : public QueuePairCommon {
   uint32_t next_recv_index_ = 0;
   uint32_t reads_atomics_in_flight_ = 0;
   Time retry_at_ = kNever;
-  uint32_t retries_ = 0;  // consecutive expiries without progress
-  std::optional<RetryExhaustion> retry_exhaustion_;
+  uint32_t retries_ = 0;                               // consecutive expiries without progress
+  std::unique_ptr<RetryExhaustion> retry_exhaustion_;  // failure-only state: no cost to every QP
 
   // Responder. recv_queue_[i] is the WQE of receive ordinal recv_consumed_ + i.
   uint32_t recv_consumed_ = 0;  // receive WQEs completed so far

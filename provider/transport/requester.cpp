@@ -351,7 +351,7 @@ void QueuePair::record_retry_exhaustion() {
     break;
   }
   if (connection_) r.paths = connection_->snapshots();
-  retry_exhaustion_ = std::move(r);
+  retry_exhaustion_ = std::make_unique<RetryExhaustion>(std::move(r));
 }
 
 Time QueuePair::next_rnr_resend() const {

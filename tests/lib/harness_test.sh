@@ -3,7 +3,8 @@
 # The shell test harness does what tests rely on: the exit status of fail,
 # skip and not_ok; at exit the background jobs are stopped, at_exit hooks
 # run and $WORK is removed; wait_until gives up after its bound and
-# returns as soon as its condition holds; the listener waits see a TCP
+# returns as soon as its condition holds; the watchdog records and kills a
+# hung process tree, and stops when told; the listener waits see a TCP
 # listener and a bound UDP socket, and give up when the process exits.
 source "$(dirname "$0")/harness.sh"
 set -euo pipefail
@@ -36,6 +37,25 @@ took=$(($(harness_now_us) - start))
 touch "$WORK/flag"
 wait_until 5 test -e "$WORK/flag" || fail "wait_until missed a condition that holds"
 pass "wait_until: bounded, and returns when the condition holds"
+
+bash -c 'sleep 300; true' &
+hung=$!
+watch=$(watchdog 1 "$WORK/stacks" "$hung")
+status=0
+wait "$hung" || status=$?
+stop_watchdog "$watch"
+((status == 137)) || fail "the watchdog did not kill a hung process (status $status)"
+grep -q "^pid $hung: bash -c sleep 300" "$WORK/stacks" && grep -q "^pid [0-9]*: sleep 300" "$WORK/stacks" ||
+    fail "the watchdog did not record the hung process and its child: $(cat "$WORK/stacks")"
+child=$(sed -n 's/^pid \([0-9]*\): sleep 300.*/\1/p' "$WORK/stacks")
+wait_until 5 process_gone "$child" || fail "the hung process's child $child outlived the watchdog"
+sleep 0.1 &
+watch=$(watchdog 300 "$WORK/stacks2" $!)
+wait_until 5 pgrep -P "$watch" >/dev/null || fail "the watchdog's timer did not start"
+timer=$(pgrep -P "$watch")
+stop_watchdog "$watch"
+wait_until 5 process_gone "$watch" && wait_until 5 process_gone "$timer" || fail "stop_watchdog left its watcher or timer"
+pass "watchdog: a process still running at its limit is recorded with its children and killed; stop_watchdog ends it"
 
 command -v ss >/dev/null || skip "ss (iproute2) not installed"
 python3 -c 'import socket, sys, time
