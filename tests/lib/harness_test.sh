@@ -38,18 +38,20 @@ touch "$WORK/flag"
 wait_until 5 test -e "$WORK/flag" || fail "wait_until missed a condition that holds"
 pass "wait_until: bounded, and returns when the condition holds"
 
-bash -c 'sleep 300; true' &
+# A hung process: its child blocks opening a FIFO that nobody opens.
+mkfifo "$WORK/never"
+bash -c "cat '$WORK/never'; true" &
 hung=$!
 watch=$(watchdog 1 "$WORK/stacks" "$hung")
 status=0
 wait "$hung" || status=$?
 stop_watchdog "$watch"
 ((status == 137)) || fail "the watchdog did not kill a hung process (status $status)"
-grep -q "^pid $hung: bash -c sleep 300" "$WORK/stacks" && grep -q "^pid [0-9]*: sleep 300" "$WORK/stacks" ||
+grep -q "^pid $hung: bash -c cat " "$WORK/stacks" && grep -q "^pid [0-9]*: cat $WORK/never" "$WORK/stacks" ||
     fail "the watchdog did not record the hung process and its child: $(cat "$WORK/stacks")"
-child=$(sed -n 's/^pid \([0-9]*\): sleep 300.*/\1/p' "$WORK/stacks")
+child=$(sed -n 's/^pid \([0-9]*\): cat .*/\1/p' "$WORK/stacks")
 wait_until 5 process_gone "$child" || fail "the hung process's child $child outlived the watchdog"
-sleep 0.1 &
+true &
 watch=$(watchdog 300 "$WORK/stacks2" $!)
 wait_until 5 pgrep -P "$watch" >/dev/null || fail "the watchdog's timer did not start"
 timer=$(pgrep -P "$watch")
