@@ -58,7 +58,8 @@ struct BackendCounters {
   // would need IP fragmentation, which is never used. A bug (the payload
   // size did not fit the link), so the runtime logs the first.
   uint64_t oversize_drops = 0;
-  uint64_t gso_sends = 0;  // messages carrying more than one datagram
+  uint64_t gso_sends = 0;         // messages carrying more than one datagram
+  uint64_t receive_restarts = 0;  // io_uring: the multishot receive ended and was armed again
 };
 
 class IoBackend {

@@ -739,6 +739,7 @@ void RuntimeImpl::publish(const IoBackend& io) {
   shared_.oversize_drops.store(b.oversize_drops, relaxed);
   log_oversize_once(b.oversize_drops);
   shared_.gso_sends.store(b.gso_sends, relaxed);
+  shared_.receive_restarts.store(b.receive_restarts, relaxed);
   shared_.datagrams_received.store(counters_.datagrams_received, relaxed);
   shared_.test_drops.store(counters_.test_drops, relaxed);
   shared_.unknown_sender_drops.store(counters_.unknown_sender_drops, relaxed);

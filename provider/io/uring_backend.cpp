@@ -148,7 +148,7 @@ class UringBackend final : public IoBackend {
   uint32_t wait(transport::Time deadline) override {
     arm_kick();
     arm_timer();
-    if (provided_ && !multishot_armed_ && messages_.empty() && !shutting_down_) arm_multishot();
+    rearm_receive();
     if (pending_sends_ > 0 || !messages_.empty() || kicked_ || deadline <= config_.clock->now()) {
       // Submit what is queued and collect completions without sleeping.
       enter_nowait();
@@ -162,6 +162,11 @@ class UringBackend final : public IoBackend {
     const unsigned want = streaming ? kStreamingWaitCompletions : 1;
     uint32_t sleeps = 0;
     while (!config_.stop->load(std::memory_order_relaxed)) {
+      // A receive that ended in the last round without delivering anything
+      // (a multishot's -ENOBUFS, a failed posted receive) is armed again
+      // before sleeping: nothing else would end a sleep without a deadline.
+      rearm_receive();
+      if (multishot_unsupported_) break;  // release_received() falls back to posted receives
       io_uring_cqe* cqe = nullptr;
       int result;
       if (deadline == transport::kNever && !streaming) {
@@ -297,6 +302,19 @@ class UringBackend final : public IoBackend {
       registered_paths_ = count;
   }
 
+  // Called with nothing received pending (messages_ empty), so that every
+  // provided buffer and every posted slot is back with the kernel's side.
+  void rearm_receive() {
+    if (shutting_down_ || !messages_.empty()) return;
+    if (provided_) {
+      if (multishot_armed_ || multishot_unsupported_) return;
+      arm_multishot();
+      return;
+    }
+    for (const uint32_t slot : ready_slots_) post_receive(slot);
+    ready_slots_.clear();
+  }
+
   void arm_multishot() {
     io_uring_sqe* sqe = get_sqe();
     if (fixed_files_) {
@@ -388,7 +406,10 @@ class UringBackend final : public IoBackend {
   void handle(uint64_t data, int result, uint32_t flags) {
     switch (tag_of(data)) {
       case kTagRxMultishot: {
-        if (!(flags & IORING_CQE_F_MORE)) multishot_armed_ = false;  // re-armed by the loop
+        if (!(flags & IORING_CQE_F_MORE)) {
+          multishot_armed_ = false;  // armed again by rearm_receive() or release_received()
+          if (!shutting_down_) ++counters_.receive_restarts;
+        }
         if (result < 0) {
           // -ENOBUFS: every buffer is with the engine; -EINVAL before any
           // data: this kernel has no multishot recvmsg.

@@ -6,6 +6,7 @@
 // scheduler that sprays the streams' chunks over the paths.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <span>
@@ -76,6 +77,8 @@ class Connection {
   bool sending_to_us(Time now) const;
   double recent_rx_rate_bps(Time now) const;
   std::vector<PathSnapshot> snapshots() const;
+  // When anything (data or an ACK) last arrived from the peer; 0: never.
+  Time last_heard() const { return std::max(last_ack_rx_, any_data_rx_ ? last_data_rx_ : 0); }
 
  private:
   struct TxRecord {

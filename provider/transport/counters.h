@@ -136,6 +136,10 @@ struct RetryExhaustion {
   uint16_t attempt = 0;
   uint32_t rnr_naks = 0;
   uint32_t stall_probes = 0;
+  // Since anything (data or ACK) last arrived from the peer; kNever: nothing
+  // ever did. A silent peer is dead, unreachable or stalled; one heard
+  // recently acknowledges but not this message.
+  Time peer_silent_ns = kNever;
   std::vector<PathSnapshot> paths;
 };
 

@@ -184,7 +184,7 @@ class QueuePair final : public QueuePairCommon {
   // A request made progress: the retry count starts again.
   void note_progress(Time now);
   Time retry_interval() const;
-  void record_retry_exhaustion();
+  void record_retry_exhaustion(Time now);
   bool requests_outstanding() const;
   void complete_send_wr(const OutboundMessage& message, WcStatus status);
   void flush() override;

@@ -324,7 +324,7 @@ bool QueuePair::on_retry_timer(Time now, ChunkRef& ref) {
   }
   if (++retries_ > config_.retry_cnt) {
     retry_at_ = kNever;
-    record_retry_exhaustion();
+    record_retry_exhaustion(now);
     fail_with(WcStatus::RetryExceeded);
     return false;
   }
@@ -332,7 +332,7 @@ bool QueuePair::on_retry_timer(Time now, ChunkRef& ref) {
   return recover_stalled(ref);
 }
 
-void QueuePair::record_retry_exhaustion() {
+void QueuePair::record_retry_exhaustion(Time now) {
   RetryExhaustion r;
   r.expiries = retries_;
   r.interval_ns = retry_interval();
@@ -350,7 +350,10 @@ void QueuePair::record_retry_exhaustion() {
     r.stall_probes = m.stall_probes;
     break;
   }
-  if (connection_) r.paths = connection_->snapshots();
+  if (connection_) {
+    r.paths = connection_->snapshots();
+    if (const Time heard = connection_->last_heard(); heard != 0) r.peer_silent_ns = now - std::min(now, heard);
+  }
   retry_exhaustion_ = std::make_unique<RetryExhaustion>(std::move(r));
 }
 

@@ -82,13 +82,17 @@ void report_retry_exhaustion(const std::string& device, uint32_t qpn, const tran
                   static_cast<unsigned long long>(p.packets_sent), static_cast<unsigned long long>(p.lost));
     paths += one;
   }
+  char heard[64] = "nothing ever heard from the peer";
+  if (r.peer_silent_ns != transport::kNever)
+    std::snprintf(heard, sizeof heard, "the peer last heard %.1f ms ago", r.peer_silent_ns / 1e6);
   std::fprintf(
       stderr,
       "metaroce: %s: QP 0x%x: transport retry counter exceeded (%u timeouts without progress, the last %.1f ms): "
       "msn %u %s of %u bytes, attempt %u: %u of %u chunks sent, %u acknowledged (%u in any attempt), "
-      "%u RNR NAKs, %u tail probes;%s\n",
+      "%u RNR NAKs, %u tail probes; %s;%s\n",
       device.c_str(), qpn, r.expiries, r.interval_ns / 1e6, r.msn, wire::to_string(r.opcode), r.length, r.attempt,
-      r.sent, r.chunks, r.acked, r.ever_acked, r.rnr_naks, r.stall_probes, paths.empty() ? " no paths" : paths.c_str());
+      r.sent, r.chunks, r.acked, r.ever_acked, r.rnr_naks, r.stall_probes, heard,
+      paths.empty() ? " no paths" : paths.c_str());
 }
 
 }  // namespace

@@ -588,9 +588,35 @@ TEST_F(VerbsSemantics, VerbsTimeoutBoundsTheTimeToNoticeADeadPeer) {
   ASSERT_EQ(a().peers().size(), 1u);
   EXPECT_EQ(r->paths.size(), a().path_snapshots(a().peers()[0]).size());
   EXPECT_FALSE(r->paths.empty());
+  EXPECT_EQ(r->peer_silent_ns, kNever);  // b never sent a thing: its data never reached it
   // A QP reset for reuse forgets it.
   ASSERT_EQ(a().modify_qp(qp_.qp_a, transport::QpModify{}), PostResult::Ok);
   EXPECT_EQ(a().retry_exhaustion(qp_.qp_a), nullptr);
+}
+
+TEST_F(VerbsSemantics, RetryReportSaysHowLongThePeerHasBeenSilent) {
+  // A peer that answered one WRITE and then went silent: the report says
+  // since when, which tells a dead or stalled peer from one that answers.
+  QpConfig config;
+  config.retry_cnt = 3;
+  config.timeout_ns = 1'000'000;
+  make(0, 0, config);
+  const Time before_first = rig_->sim().now();
+  ASSERT_EQ(a().post_send(qp_.qp_a, write(1, 0, 1000, 0)), PostResult::Ok);
+  const auto first = wait(a(), qp_.cq_a, 1);
+  ASSERT_EQ(first.size(), 1u);
+  ASSERT_EQ(first[0].status, WcStatus::Success);
+  const Time answered_by = rig_->sim().now();
+  for (size_t i = 0; i < rig_->links().forward.size(); ++i) rig_->blackhole(i, 0, kNever);
+  ASSERT_EQ(a().post_send(qp_.qp_a, write(2, 0, 1000, 0)), PostResult::Ok);
+  const auto second = wait(a(), qp_.cq_a, 1);
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0].status, WcStatus::RetryExceeded);
+  const Time failed_at = rig_->sim().now();
+  const transport::RetryExhaustion* r = a().retry_exhaustion(qp_.qp_a);
+  ASSERT_NE(r, nullptr);
+  EXPECT_GE(r->peer_silent_ns, failed_at - answered_by);
+  EXPECT_LE(r->peer_silent_ns, failed_at - before_first);
 }
 
 TEST_F(VerbsSemantics, RoceV2GoBackNSurvivesAQpDestroyedWithPacketsInFlight) {

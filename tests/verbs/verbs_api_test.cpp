@@ -1127,6 +1127,8 @@ TEST_F(VerbsTest, RetryExhaustionIsReportedOnStderr) {
   EXPECT_NE(err.find(qp), std::string::npos) << err;
   EXPECT_NE(err.find(" WRITE of 3000 bytes, attempt 0: 1 of 1 chunks sent"), std::string::npos) << err;
   EXPECT_NE(err.find("0 acknowledged (0 in any attempt)"), std::string::npos) << err;
+  // b's QP was reset: a never heard anything from it.
+  EXPECT_NE(err.find("; nothing ever heard from the peer;"), std::string::npos) << err;
   EXPECT_NE(err.find("[path 0 "), std::string::npos) << err;
 }
 
