@@ -463,7 +463,7 @@ void Connection::probe_tail(Time now) {
     timed_loss_at_ = std::min(timed_loss_at_, probe_at);
     return;
   }
-  declare_lost(*tail_path, tail);
+  declare_lost(*tail_path, tail, /*forced=*/true);
   tail_probed_ = true;
   ++endpoint_.counters_.tail_probes;
 }
@@ -545,11 +545,11 @@ void Connection::on_path_sack(Time now, SendPath& path, const wire::PathSack& bl
   path.rto_deadline = path.inflight_bytes > 0 ? now + rto(path) : kNever;
 }
 
-void Connection::declare_lost(SendPath& path, TxRecord& record) {
+void Connection::declare_lost(SendPath& path, TxRecord& record, bool forced) {
   record.state = TxRecord::State::Lost;
   remove_inflight(path, record.bytes);
   ++path.stats.lost;
-  retransmits_.push_back({record.ref, path.id, false});
+  retransmits_.push_back({record.ref, path.id, false, forced});
 }
 
 void Connection::trim(SendPath& path) {
@@ -660,7 +660,7 @@ void Connection::path_timeout(Time now, SendPath& path) {
       // which, and leave the path's health and the rest of its flight
       // alone: an ACK then resumes at full speed, and a dead peer is the
       // retry timer's to find.
-      declare_lost(path, *oldest);
+      declare_lost(path, *oldest, /*forced=*/true);
       ++path.backoff;
     }
   }
@@ -729,7 +729,7 @@ void Connection::on_timer(Time now) {
   for (QueuePair* qp : timer_qps_) {
     qp->on_timer(now);
     ChunkRef probe;
-    if (qp->retry_at() <= now && qp->on_retry_timer(now, probe)) retransmits_.push_back({probe, 0, true});
+    if (qp->retry_at() <= now && qp->on_retry_timer(now, probe)) retransmits_.push_back({probe, 0, true, true});
   }
 }
 
@@ -818,6 +818,10 @@ size_t Connection::send_ack(Time now, std::span<uint8_t> out, uint16_t& path_id)
   return length;
 }
 
+bool Connection::may_send_on(const SendPath& path, uint32_t bytes, bool forced) const {
+  return forced ? path.health == PathHealth::Active : path_has_room(path, bytes);
+}
+
 bool Connection::path_has_room(const SendPath& path, uint32_t bytes) const {
   switch (path.health) {
     case PathHealth::Failed:
@@ -848,12 +852,12 @@ uint64_t Connection::connection_window() const {
   return std::max<uint64_t>(floor, 2 * rate_hint_bps_ / 8 * rtt / 1'000'000'000);
 }
 
-Connection::SendPath* Connection::pick_path(Time now, uint32_t bytes, int avoid) {
-  if (inflight_total_ + bytes > connection_window()) return nullptr;
+Connection::SendPath* Connection::pick_path(Time now, uint32_t bytes, int avoid, bool forced) {
+  if (!forced && inflight_total_ + bytes > connection_window()) return nullptr;
   SendPath* best = nullptr;
   SendPath* fallback = nullptr;
   for (SendPath& path : paths_) {
-    if (!path_has_room(path, bytes) || path_ready_time(path) > now) continue;
+    if (!may_send_on(path, bytes, forced) || path_ready_time(path) > now) continue;
     if (path.id == avoid) {
       fallback = &path;
       continue;
@@ -963,7 +967,19 @@ size_t Connection::send_data(Time now, std::span<uint8_t> out, uint16_t& path_id
   if (std::max(earliest_paced_ns_, conn_paced_ns_) > now + burst) return 0;
   if (!retransmit && std::none_of(qps_.begin(), qps_.end(), [](const QueuePair* qp) { return qp->has_new_chunks(); }))
     return 0;
-  SendPath* path = pick_path(now, mtu_bytes, retransmit ? retransmits_.front().lost_on : -1);
+  bool forced = retransmit && retransmits_.front().forced;
+  SendPath* path = pick_path(now, mtu_bytes, retransmit ? retransmits_.front().lost_on : -1, forced);
+  if (!path && retransmit && !forced) {
+    // The windows are full: a forced retransmission queued behind others
+    // leaves first (rare: an RTO's, a tail probe's or a retry timer's).
+    for (size_t i = 1; i < retransmits_.size(); ++i) {
+      if (!retransmits_[i].forced) continue;
+      std::swap(retransmits_.front(), retransmits_[i]);
+      forced = true;
+      path = pick_path(now, mtu_bytes, retransmits_.front().lost_on, forced);
+      break;
+    }
+  }
   if (!path) return 0;
 
   ChunkRef ref;
@@ -1048,11 +1064,12 @@ Time Connection::next_wakeup() const {
   }
   if (has_data_to_send()) {
     const uint32_t mtu_bytes = endpoint_.config().mtu + static_cast<uint32_t>(wire::kDataHeaderBytes);
-    const bool connection_full = inflight_total_ + mtu_bytes > connection_window();
+    const bool forced = !retransmits_.empty() && retransmits_.front().forced;
+    const bool connection_full = !forced && inflight_total_ + mtu_bytes > connection_window();
     for (const SendPath& path : paths_) {
       if (rocev2() && path.rewinding) {
         wake = std::min(wake, path_wakeup_time(path));
-      } else if (!connection_full && path_has_room(path, mtu_bytes)) {
+      } else if (!connection_full && may_send_on(path, mtu_bytes, forced)) {
         wake = std::min(wake, path_wakeup_time(path));
       }
     }

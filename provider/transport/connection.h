@@ -129,6 +129,12 @@ class Connection {
     ChunkRef ref;
     uint16_t lost_on = 0;
     bool tail_probe = false;  // resend although acknowledged, to elicit an ACK
+    // Sent even when the windows are full: the one packet that an RTO, a
+    // tail probe or a QP's retry timer resends, as TCP always sends its RTO
+    // retransmission. Otherwise a connection whose windows are full of
+    // packets whose ACKs were lost sends nothing, hears nothing back, and
+    // its QPs' retry counters run out.
+    bool forced = false;
   };
 
   struct Control {
@@ -153,7 +159,7 @@ class Connection {
   void on_path_sack(Time now, SendPath& path, const wire::PathSack& block, Time ack_delay, Time arrival);
   void on_nak(Time now, const wire::Nak& nak);
   void on_probe_reply(Time now, const wire::Packet& packet);
-  void declare_lost(SendPath& path, TxRecord& record);
+  void declare_lost(SendPath& path, TxRecord& record, bool forced = false);
   // Loss detection across paths by time (RACK, RFC 8985, with the
   // connection's other paths as the reordering): see connection.cpp.
   void detect_losses_by_time(Time now);
@@ -204,7 +210,9 @@ class Connection {
     path.inflight_bytes -= bytes;
     inflight_total_ -= bytes;
   }
-  SendPath* pick_path(Time now, uint32_t bytes, int avoid);
+  SendPath* pick_path(Time now, uint32_t bytes, int avoid, bool forced);
+  // Forced: any active path, whatever its window (Retransmit::forced).
+  bool may_send_on(const SendPath& path, uint32_t bytes, bool forced) const;
   // When poll_transmit may next send on the path (its paced time less the
   // burst allowance), and when next_wakeup() reports that.
   Time path_ready_time(const SendPath& path) const;

@@ -619,6 +619,24 @@ TEST_F(VerbsSemantics, RetryReportSaysHowLongThePeerHasBeenSilent) {
   EXPECT_LE(r->peer_silent_ns, failed_at - before_first);
 }
 
+TEST_F(VerbsSemantics, AnOutageWithFullWindowsIsRecoveredWithinTheRetryBudget) {
+  // Gloo's attributes (timeout 14: 67 ms, retry_cnt 7) and a 4 MiB WRITE at
+  // 1% loss; every path goes dark for 5 ms mid-transfer, taking data and
+  // ACKs with it. The paths' windows are full of packets nobody will
+  // acknowledge: the RTO's resend must leave although they are, or nothing
+  // leaves, nothing comes back and the retry counter runs out.
+  QpConfig config;
+  config.retry_cnt = 7;
+  config.timeout_ns = 67'108'864;
+  make(0.01, 0, config);
+  for (size_t i = 0; i < rig_->links().forward.size(); ++i) rig_->blackhole(i, 1'500'000, 6'500'000);
+  ASSERT_EQ(a().post_send(qp_.qp_a, write(1, 0, 4 << 20, 0)), PostResult::Ok);
+  const auto done = wait(a(), qp_.cq_a, 1, 2'000'000'000);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, WcStatus::Success);
+  EXPECT_EQ(std::memcmp(abuf_.data(), bbuf_.data(), 4 << 20), 0);
+}
+
 TEST_F(VerbsSemantics, RoceV2GoBackNSurvivesAQpDestroyedWithPacketsInFlight) {
   // The rocev2 profile numbers packets per connection: a QP destroyed while
   // its packets await a go-back-N resend must not leave a PSN hole that
