@@ -620,18 +620,31 @@ TEST_F(VerbsSemantics, RetryReportSaysHowLongThePeerHasBeenSilent) {
 }
 
 TEST_F(VerbsSemantics, AnOutageWithFullWindowsIsRecoveredWithinTheRetryBudget) {
-  // Gloo's attributes (timeout 14: 67 ms, retry_cnt 7) and a 4 MiB WRITE at
-  // 1% loss; every path goes dark for 5 ms mid-transfer, taking data and
-  // ACKs with it. The paths' windows are full of packets nobody will
-  // acknowledge: the RTO's resend must leave although they are, or nothing
-  // leaves, nothing comes back and the retry counter runs out.
+  // The receiver hands out 1 Gb/s (its rate hint), so once its first ACK
+  // arrives the connection window is two packets while the first RTT's
+  // line-rate burst is still in flight; then every path goes dark for
+  // 100 us, data and ACKs alike. Each RTO declares one packet lost, which
+  // leaves the windows as full as before: its resend must leave anyway, or
+  // nothing leaves, nothing comes back, and a QP with a short transport
+  // timeout (verbs timeout 1: 8 us, so retry_cnt 7 allows about eight RTOs)
+  // fails long before the RTOs have drained the flight one packet at a time.
+  RigSpec spec;
+  spec.endpoint.inbound_capacity_bps = 1'000'000'000;
+  spec.seed = 11;
   QpConfig config;
   config.retry_cnt = 7;
-  config.timeout_ns = 67'108'864;
-  make(0.01, 0, config);
-  for (size_t i = 0; i < rig_->links().forward.size(); ++i) rig_->blackhole(i, 1'500'000, 6'500'000);
+  config.timeout_ns = 8'192;
+  make_rig(spec, 4 << 20, config);
+  std::iota(abuf_.begin(), abuf_.end(), uint8_t{1});
   ASSERT_EQ(a().post_send(qp_.qp_a, write(1, 0, 4 << 20, 0)), PostResult::Ok);
-  const auto done = wait(a(), qp_.cq_a, 1, 2'000'000'000);
+  rig_->sim().wake(rig_->node_a());
+  ASSERT_TRUE(rig_->sim().run_until([&] { return a().counters().rx_acks > 0; }, rig_->sim().now() + 1'000'000));
+  uint64_t inflight = 0;
+  for (const transport::PathSnapshot& p : a().path_snapshots(rig_->node_b())) inflight += p.inflight_bytes;
+  ASSERT_GT(inflight, 100'000u) << "the first RTT's burst is in flight when the outage starts";
+  const Time now = rig_->sim().now();
+  for (size_t i = 0; i < rig_->links().forward.size(); ++i) rig_->blackhole(i, now, now + 100'000);
+  const auto done = wait(a(), qp_.cq_a, 1, 1'000'000'000);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].status, WcStatus::Success);
   EXPECT_EQ(std::memcmp(abuf_.data(), bbuf_.data(), 4 << 20), 0);
