@@ -58,5 +58,5 @@ else
 fi
 
 for t in rc,self tcp,self; do
-  printf '# MPI %-9s loss 0%%: %s\n# MPI %-9s loss 1%%: %s\n' "$t" "${MPI_RESULT[$t,0]:-}" "$t" "${MPI_RESULT[$t,1]:-}"
+  for pct in ${MPI_LOSSES:-1}; do printf '# MPI %-9s loss %s%%: %s\n' "$t" "$pct" "${MPI_RESULT[$t,$pct]:-}"; done
 done
