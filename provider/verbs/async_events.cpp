@@ -1,19 +1,21 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 //
 // Asynchronous events (ibv_get_async_event). A context's async_fd is the
-// read end of a pipe to which the provider writes struct
+// read end of a one-way socket to which the provider writes struct
 // ib_uverbs_async_event_desc records, as the kernel writes them to its
 // async event file: libibverbs reads one, turns `element` back into the
 // object pointer (QP, SRQ) or port number, and ibv_ack_async_event() counts
 // it on the object. The engine reports QP and SRQ events (on_async_event);
 // for a kernel device a thread copies the kernel's own events (port state,
 // DEVICE_FATAL when the device goes away) from the kernel's event file into
-// the same pipe.
+// the same socket.
 //
-// Destroying an object waits until the application acknowledged every event
-// written for it, as the kernel makes ibv_destroy_qp() wait.
+// Destroying an object does what the kernel does: the object's events that
+// nobody has read are taken out of the socket (discard_async_events), and
+// destroy waits until the application acknowledged every event it read.
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -53,7 +55,7 @@ void AsyncEventForwarder::run() {
     ib_uverbs_async_event_desc desc{};
     const ssize_t n = ::read(kernel_fd_, &desc, sizeof desc);
     if (n == static_cast<ssize_t>(sizeof desc)) {
-      (void)!::write(out_fd_, &desc, sizeof desc);
+      (void)!::send(out_fd_, &desc, sizeof desc, MSG_NOSIGNAL);
     } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
       return;  // the device is gone (EIO)
     }
@@ -64,8 +66,14 @@ void Context::post_async_event(uint64_t element, ibv_event_type type) {
   ib_uverbs_async_event_desc desc{};
   desc.element = element;
   desc.event_type = static_cast<uint32_t>(type);
-  // Never blocks: a full pipe means the application stopped reading events.
-  (void)!::write(async_write_fd, &desc, sizeof desc);
+  // Never blocks: a full socket means the application stopped reading events.
+  (void)!::send(async_write_fd, &desc, sizeof desc, MSG_NOSIGNAL);
+}
+
+void discard_async_events(Context& ctx, uint64_t element, EventCounts& counts) {
+  const uint32_t discarded = discard_event_records(ctx.vctx->context.async_fd, ctx.async_write_fd,
+                                                   sizeof(ib_uverbs_async_event_desc), element);
+  counts.written.fetch_sub(discarded, std::memory_order_acq_rel);
 }
 
 namespace {
@@ -129,30 +137,19 @@ void register_event_object(Context& ctx, uint64_t element, EventCounts& counts) 
   ctx.event_objects[element] = &counts;
 }
 
-void wait_event_acks(const EventCounts& counts, pthread_mutex_t& mutex, pthread_cond_t& cond,
-                     const uint32_t& completed) {
+void retire_event_object(Context& ctx, uint64_t element, const EventCounts& counts, pthread_mutex_t& mutex,
+                         pthread_cond_t& cond, const uint32_t& completed) {
+  // Every event left was read (only a read() that the discard could not
+  // overtake is still to be counted, by the async_event op right after it),
+  // and every event read is acknowledged: each step ends with an
+  // acknowledgement, which signals `cond`.
   pthread_mutex_lock(&mutex);
-  while (completed != counts.read.load(std::memory_order_acquire)) pthread_cond_wait(&cond, &mutex);
+  while (counts.read.load(std::memory_order_acquire) != counts.written.load(std::memory_order_acquire) ||
+         completed != counts.read.load(std::memory_order_acquire))
+    pthread_cond_wait(&cond, &mutex);
   pthread_mutex_unlock(&mutex);
-}
-
-void retire_event_object(Context& ctx, uint64_t element, EventCounts& counts, std::function<void()> free) {
-  {
-    std::lock_guard<std::mutex> lock(ctx.event_objects_mutex);
-    if (counts.written.load(std::memory_order_acquire) != counts.read.load(std::memory_order_acquire)) {
-      ctx.zombies.push_back(std::move(free));
-      return;
-    }
-    ctx.event_objects.erase(element);
-  }
-  free();
-}
-
-void free_event_objects(Context& ctx) {
   std::lock_guard<std::mutex> lock(ctx.event_objects_mutex);
-  for (std::function<void()>& free : ctx.zombies) free();
-  ctx.zombies.clear();
-  ctx.event_objects.clear();
+  ctx.event_objects.erase(element);
 }
 
 // libibverbs' ibv_get_async_event() calls this for every event it read.

@@ -7,11 +7,10 @@
 // takes cq_handle as the struct ibv_cq *; the completion listener writes
 // exactly that when an armed CQ gets a completion. As the kernel does,
 // destroying a CQ takes its events that nobody has read out of the channel
-// (discard_cq_events): ibv_get_cq_event() never returns a destroyed CQ.
+// (discard_event_records): ibv_get_cq_event() never returns a destroyed CQ.
 // ibv_create_comp_channel()/ibv_destroy_comp_channel() of libibverbs go to the kernel, so libmetaroce-preload.so routes
 // them here for MetaRoCE contexts.
 #include <fcntl.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -41,21 +40,6 @@ CompChannel* channel_of(ibv_comp_channel* channel) {
   Channels& c = channels();
   std::lock_guard<std::mutex> lock(c.mutex);
   return c.live.count(ch) ? ch : nullptr;
-}
-
-void discard_cq_events(int read_fd, int write_fd, const ibv_cq* cq) {
-  // Only the records there now: those put back go behind them. Each record
-  // is read and, if another CQ's, put back at once, so that a reader finds
-  // the channel empty only when every record in it was this CQ's.
-  int bytes = 0;
-  if (::ioctl(read_fd, FIONREAD, &bytes) != 0) return;
-  const uint64_t gone = reinterpret_cast<uintptr_t>(cq);
-  for (int n = bytes / static_cast<int>(sizeof(uint64_t)); n > 0; --n) {
-    uint64_t handle = 0;
-    // A record the application takes meanwhile is its own: then fewer are left.
-    if (::recv(read_fd, &handle, sizeof handle, MSG_DONTWAIT) != sizeof handle) return;
-    if (handle != gone) (void)!::send(write_fd, &handle, sizeof handle, MSG_DONTWAIT | MSG_NOSIGNAL);
-  }
 }
 
 }  // namespace metaroce::verbs

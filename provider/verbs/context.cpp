@@ -6,6 +6,7 @@
 // and at close the stats dump (stats_dump.cpp). The device, port and GID
 // queries are in query.cpp.
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -196,7 +197,7 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
   impl->planes.insert(impl->planes.end(), dev->more_planes.begin(), dev->more_planes.end());
   impl->runtime = start_runtime(*dev, o, impl->planes, impl->daemon, error);
   int fds[2] = {-1, -1};
-  if (!impl->runtime || ::pipe2(fds, O_CLOEXEC) != 0) {
+  if (!impl->runtime || ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
     const int saved = impl->runtime ? errno : EADDRNOTAVAIL;
     if (!impl->runtime) std::fprintf(stderr, "metaroce: %s: %s\n", dev->name.c_str(), error.c_str());
     impl.reset();
@@ -211,10 +212,13 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
   // metaroced may have chosen the number of paths.
   if (o.profile != transport::Profile::RoCEv2)
     impl->paths = impl->runtime->with_engine([](transport::Endpoint& e, transport::Time) { return e.config().paths; });
-  // async_fd: a pipe that ibv_get_async_event() can read (and poll/epoll
-  // can watch); the provider writes struct ib_uverbs_async_event_desc
-  // records, and for a kernel device a thread copies the kernel's events
-  // from its event file into the pipe (see async_events.cpp).
+  // async_fd: one way of a Unix stream socket pair (a pipe the provider can
+  // also read without blocking, whatever flags the application gives
+  // async_fd) that ibv_get_async_event() reads and poll/epoll can watch; the
+  // provider writes struct ib_uverbs_async_event_desc records, and for a
+  // kernel device a thread copies the kernel's events from its event file
+  // into it (see async_events.cpp).
+  ::shutdown(fds[0], SHUT_WR);
   ::fcntl(fds[1], F_SETFL, O_NONBLOCK);
   int kernel_async_fd = alloc->vctx.context.async_fd;
   // libibverbs' ioctl form of GET_CONTEXT makes no event file: libibverbs
@@ -262,7 +266,6 @@ void free_context(ibv_context* context) {
   impl->runtime.reset();        // stops the progress thread first
   impl->kernel_events.reset();  // writes to async_write_fd
   if (impl->async_write_fd >= 0) ::close(impl->async_write_fd);
-  free_event_objects(*impl);
   delete impl;
   verbs_uninit_context(&alloc->vctx);  // closes async_fd, drops the device reference
   std::free(alloc);

@@ -225,7 +225,8 @@ int destroy_cq(ibv_cq* ibcq) {
     // while another thread waits on the channel (gloo's device thread) would
     // otherwise be handed freed memory and a cq_context it has freed.
     if (cq->event_fd >= 0 && cq->signalled != cq->events.load(std::memory_order_relaxed))
-      discard_cq_events(ibcq->channel->fd, cq->event_fd, ibcq);
+      discard_event_records(ibcq->channel->fd, cq->event_fd, sizeof(ib_uverbs_comp_event_desc),
+                            reinterpret_cast<uintptr_t>(ibcq));
     return result;
   });
   if (r == transport::PostResult::BadState) return EBUSY;  // a QP still uses it

@@ -174,7 +174,7 @@ struct Cq {
   size_t batch_next = 0;
 };
 
-// Async events of one object (QP or SRQ): written to the event pipe, and
+// Async events of one object (QP or SRQ): written to the event socket, and
 // read by the application (counted in the async_event op, as the kernel
 // counts the events it hands out).
 struct EventCounts {
@@ -257,8 +257,9 @@ struct Context {
   ibv_mtu active_mtu = IBV_MTU_1024;  // the largest IB MTU not above mtu
   transport::Profile profile = transport::Profile::MetaRoCE;
   uint16_t paths = 4;
-  // async_fd is the read end of a pipe the provider writes events to, for
-  // kernel devices too (the kernel's own events are forwarded into it).
+  // async_fd is the read end of a one-way Unix stream socket the provider
+  // writes events to, for kernel devices too (the kernel's own events are
+  // forwarded into it).
   int async_write_fd = -1;
   std::unique_ptr<AsyncEventForwarder> kernel_events;
   // QPs and SRQs by engine number, for the async event observer. Changed and
@@ -269,13 +270,11 @@ struct Context {
   // port number).
   void post_async_event(uint64_t element, ibv_event_type type);
   void on_async_event(const transport::Endpoint& e, const transport::AsyncEvent& event);  // engine lock held
-  // Objects whose events may still be in the pipe, by the element an event
-  // names: registered at creation, kept after destruction (memory and all)
-  // while an event written for them is unread, and freed with the context.
+  // The event counts of live objects by the element their events name, for
+  // the async_event op: registered at creation, forgotten at destruction.
   std::mutex event_objects_mutex;
   std::unordered_map<uint64_t, EventCounts*> event_objects;
-  std::vector<std::function<void()>> zombies;  // frees of such destroyed objects
-  uint32_t poll_yield_every = 0;               // sched_yield() every this many empty polls (0: never)
+  uint32_t poll_yield_every = 0;  // sched_yield() every this many empty polls (0: never)
   std::atomic<uint32_t> next_pd{1};
   // CQs by engine id, for the completion listener. Changed and read only
   // with the engine lock held (inside with_engine or the listener).
@@ -392,21 +391,25 @@ int destroy_ah(ibv_ah* ah);
 transport::PeerId ud_peer(Context& ctx, const Ah& ah, uint32_t remote_qpn);
 // async_events.cpp
 void register_event_object(Context& ctx, uint64_t element, EventCounts& counts);
-// Waits until the application acknowledged every event it read for an
-// object (`completed`: the ibv object's events_completed), as the kernel
-// makes destroy wait.
-void wait_event_acks(const EventCounts& counts, pthread_mutex_t& mutex, pthread_cond_t& cond,
-                     const uint32_t& completed);
-// Frees a destroyed object with `free`, or, when an event written for it is
-// still unread in the pipe, keeps it (its memory stays valid for that event)
-// until the context closes.
-void retire_event_object(Context& ctx, uint64_t element, EventCounts& counts, std::function<void()> free);
-void free_event_objects(Context& ctx);
+// Takes the events written for a destroyed object that nobody has read out
+// of async_fd, as the kernel drops them (engine lock held, and the object
+// already off the maps that on_async_event looks in).
+void discard_async_events(Context& ctx, uint64_t element, EventCounts& counts);
+// Then, as the kernel makes destroy wait: waits until the application has
+// acknowledged every event it read for the object (`completed`: the ibv
+// object's events_completed, guarded by its mutex and signalled on its
+// cond), and forgets the object. The caller frees it.
+void retire_event_object(Context& ctx, uint64_t element, const EventCounts& counts, pthread_mutex_t& mutex,
+                         pthread_cond_t& cond, const uint32_t& completed);
 // comp_channel.cpp
 CompChannel* channel_of(ibv_comp_channel* channel);  // null if not ours
-// Takes the records naming `cq` out of a kernel-less channel (engine lock
-// held, so that no completion writes one meanwhile); others stay.
-void discard_cq_events(int read_fd, int write_fd, const ibv_cq* cq);
+// event_records.cpp
+// Takes the records (each `record_bytes` long, starting with the u64 that
+// names their object) naming `element` out of a one-way Unix stream socket;
+// others stay. Returns how many it took. Callers keep their own writers out
+// meanwhile (the engine lock).
+inline constexpr size_t kMaxEventRecordBytes = 16;
+uint32_t discard_event_records(int read_fd, int write_fd, size_t record_bytes, uint64_t element);
 // qp.cpp
 ibv_qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr);
 ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr);

@@ -380,23 +380,27 @@ int query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int /*attr_mask*/, ibv_qp_init_att
 int destroy_qp(ibv_qp* ibqp) {
   Qp* qp = qp_of(ibqp);
   Context* ctx = qp->ctx;
-  // No event is written for the QP once it is off the map; then wait for
-  // the application to acknowledge those it read, as the kernel would.
+  // No event is written for the QP once it is off the map. As the kernel
+  // does: once the QP is gone, its events that nobody has read are dropped,
+  // and destroy waits for the application to acknowledge those it read.
   ctx->engine([&](transport::Endpoint&) { ctx->qps.erase(qp->qpn); });
-  wait_event_acks(qp->events, ibqp->mutex, ibqp->cond, ibqp->events_completed);
   if (ctx->device->kernel) {
     if (const int err = kernel_destroy_qp(*ibqp)) {
       ctx->engine([&](transport::Endpoint&) { ctx->qps[qp->qpn] = qp; });
       return err;
     }
   }
-  const transport::PostResult r = ctx->engine([&](transport::Endpoint& e) { return e.destroy_qp(qp->qpn); });
-  if (r != transport::PostResult::Ok) return errno_of(r);
-  retire_event_object(*ctx, reinterpret_cast<uintptr_t>(ibqp), qp->events, [qp] {
-    pthread_mutex_destroy(&qp->vqp.qp.mutex);
-    pthread_cond_destroy(&qp->vqp.qp.cond);
-    delete qp;
+  const uint64_t element = reinterpret_cast<uintptr_t>(ibqp);
+  const transport::PostResult r = ctx->engine([&](transport::Endpoint& e) {
+    const transport::PostResult result = e.destroy_qp(qp->qpn);
+    if (result == transport::PostResult::Ok) discard_async_events(*ctx, element, qp->events);
+    return result;
   });
+  if (r != transport::PostResult::Ok) return errno_of(r);
+  retire_event_object(*ctx, element, qp->events, ibqp->mutex, ibqp->cond, ibqp->events_completed);
+  pthread_mutex_destroy(&ibqp->mutex);
+  pthread_cond_destroy(&ibqp->cond);
+  delete qp;
   return 0;
 }
 

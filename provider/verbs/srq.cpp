@@ -64,15 +64,19 @@ int query_srq(ibv_srq* ibsrq, ibv_srq_attr* attr) {
 int destroy_srq(ibv_srq* ibsrq) {
   Srq* srq = srq_of(ibsrq);
   Context* ctx = srq->ctx;
+  const uint64_t element = reinterpret_cast<uintptr_t>(ibsrq);
   const transport::PostResult r = ctx->engine([&](transport::Endpoint& e) {
     const transport::PostResult result = e.destroy_srq(srq->id);
-    if (result == transport::PostResult::Ok) ctx->srqs.erase(srq->id);
+    if (result == transport::PostResult::Ok) {
+      ctx->srqs.erase(srq->id);
+      discard_async_events(*ctx, element, srq->events);
+    }
     return result;
   });
   if (r == transport::PostResult::BadState) return EBUSY;  // a QP still takes from it
   if (r != transport::PostResult::Ok) return EINVAL;
-  wait_event_acks(srq->events, ibsrq->mutex, ibsrq->cond, ibsrq->events_completed);
-  retire_event_object(*ctx, reinterpret_cast<uintptr_t>(ibsrq), srq->events, [srq] { delete srq; });
+  retire_event_object(*ctx, element, srq->events, ibsrq->mutex, ibsrq->cond, ibsrq->events_completed);
+  delete srq;
   return 0;
 }
 

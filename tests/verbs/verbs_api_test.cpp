@@ -1172,6 +1172,31 @@ TEST_F(VerbsTest, QpThatFailsReportsQpFatal) {
   EXPECT_EQ(::poll(&pfd, 1, 100), 0);
 }
 
+// As the kernel does: destroying a QP drops its events that nobody has read
+// (ibv_get_async_event never names a destroyed QP), and leaves other QPs'.
+TEST_F(VerbsTest, DestroyingAQpDropsItsUnreadEvents) {
+  pair();
+  ibv_qp* qc = make_qp(a);
+  ibv_qp* qd = make_qp(b);
+  ASSERT_NO_FATAL_FAILURE(connect(qc, a, qd, b));
+  Buffer& src = a.buffer(64);
+  Buffer& dst = b.buffer(64);
+  // A bad lkey fails each QP: QP_FATAL for qa, then for qc, neither read.
+  for (ibv_qp* qp : {qa, qc}) {
+    ASSERT_EQ(post_rdma(qp, IBV_WR_RDMA_WRITE, ibv_sge{src.addr(), 64, src.mr->lkey + 0x1000}, dst), 0);
+    ASSERT_EQ(wait_wc(a.scq, 1).size(), 1u);
+  }
+  ASSERT_EQ(ibv_destroy_qp(qa), 0);
+  a.qps.erase(std::find(a.qps.begin(), a.qps.end(), qa));
+  ibv_async_event event{};
+  ASSERT_TRUE(next_async_event(a.ctx, event));
+  EXPECT_EQ(event.event_type, IBV_EVENT_QP_FATAL);
+  EXPECT_EQ(event.element.qp, qc);
+  ibv_ack_async_event(&event);
+  pollfd pfd{a.ctx->async_fd, POLLIN, 0};
+  EXPECT_EQ(::poll(&pfd, 1, 100), 0);
+}
+
 struct UdPair {
   ibv_qp* qp = nullptr;
   ibv_ah* ah = nullptr;  // to the other side
