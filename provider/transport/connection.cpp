@@ -549,7 +549,11 @@ void Connection::declare_lost(SendPath& path, TxRecord& record, bool forced) {
   record.state = TxRecord::State::Lost;
   remove_inflight(path, record.bytes);
   ++path.stats.lost;
-  retransmits_.push_back({record.ref, path.id, false, forced});
+  if (forced) {
+    retransmits_.push_front({record.ref, path.id, false, true});
+  } else {
+    retransmits_.push_back({record.ref, path.id, false, false});
+  }
 }
 
 void Connection::trim(SendPath& path) {
@@ -729,7 +733,7 @@ void Connection::on_timer(Time now) {
   for (QueuePair* qp : timer_qps_) {
     qp->on_timer(now);
     ChunkRef probe;
-    if (qp->retry_at() <= now && qp->on_retry_timer(now, probe)) retransmits_.push_back({probe, 0, true, true});
+    if (qp->retry_at() <= now && qp->on_retry_timer(now, probe)) retransmits_.push_front({probe, 0, true, true});
   }
 }
 
@@ -967,19 +971,8 @@ size_t Connection::send_data(Time now, std::span<uint8_t> out, uint16_t& path_id
   if (std::max(earliest_paced_ns_, conn_paced_ns_) > now + burst) return 0;
   if (!retransmit && std::none_of(qps_.begin(), qps_.end(), [](const QueuePair* qp) { return qp->has_new_chunks(); }))
     return 0;
-  bool forced = retransmit && retransmits_.front().forced;
+  const bool forced = retransmit && retransmits_.front().forced;
   SendPath* path = pick_path(now, mtu_bytes, retransmit ? retransmits_.front().lost_on : -1, forced);
-  if (!path && retransmit && !forced) {
-    // The windows are full: a forced retransmission queued behind others
-    // leaves first (rare: an RTO's, a tail probe's or a retry timer's).
-    for (size_t i = 1; i < retransmits_.size(); ++i) {
-      if (!retransmits_[i].forced) continue;
-      std::swap(retransmits_.front(), retransmits_[i]);
-      forced = true;
-      path = pick_path(now, mtu_bytes, retransmits_.front().lost_on, forced);
-      break;
-    }
-  }
   if (!path) return 0;
 
   ChunkRef ref;

@@ -133,7 +133,8 @@ class Connection {
     // tail probe or a QP's retry timer resends, as TCP always sends its RTO
     // retransmission. Otherwise a connection whose windows are full of
     // packets whose ACKs were lost sends nothing, hears nothing back, and
-    // its QPs' retry counters run out.
+    // its QPs' retry counters run out. Queued at the front, so that it is
+    // next whatever waits behind the windows.
     bool forced = false;
   };
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 //
 // A FIFO over a ring of reused slots: the engine's work, completion and
-// transmit queues.
+// transmit queues. push_front lets an urgent entry jump the queue.
 //
 // Why not std::deque: a deque allocates a block whenever its back crosses
 // into a new one and frees one whenever its front leaves one, so a queue
@@ -56,6 +56,12 @@ class RingQueue {
     return slots_[(head_ + size_) & mask()];
   }
   void commit_back() { ++size_; }
+  void push_front(T&& value) {
+    if (size_ == slots_.size()) grow();
+    head_ = (head_ - 1) & mask();
+    slots_[head_] = std::move(value);
+    ++size_;
+  }
 
   void pop_front() {
     head_ = (head_ + 1) & mask();

@@ -650,6 +650,39 @@ TEST_F(VerbsSemantics, AnOutageWithFullWindowsIsRecoveredWithinTheRetryBudget) {
   EXPECT_EQ(std::memcmp(abuf_.data(), bbuf_.data(), 4 << 20), 0);
 }
 
+TEST_F(VerbsSemantics, AnRtoResendGoesAheadOfRetransmissionsWaitingForTheWindows) {
+  // As above, but the first burst also loses packets (2% loss): later ACKs
+  // declare them lost, and their resends queue behind the full windows.
+  // When the outage makes the RTO fire, its resend must not queue behind
+  // them: they cannot leave, and neither would it.
+  RigSpec spec;
+  spec.endpoint.inbound_capacity_bps = 1'000'000'000;
+  spec.loss = 0.02;
+  spec.seed = 11;
+  QpConfig config;
+  config.retry_cnt = 7;
+  config.timeout_ns = 8'192;
+  make_rig(spec, 4 << 20, config);
+  std::iota(abuf_.begin(), abuf_.end(), uint8_t{1});
+  ASSERT_EQ(a().post_send(qp_.qp_a, write(1, 0, 4 << 20, 0)), PostResult::Ok);
+  rig_->sim().wake(rig_->node_a());
+  const auto declared_lost = [&] {
+    uint64_t lost = 0;
+    for (const transport::PathSnapshot& p : a().path_snapshots(rig_->node_b())) lost += p.lost;
+    return lost;
+  };
+  ASSERT_TRUE(rig_->sim().run_until([&] { return declared_lost() > 0; }, rig_->sim().now() + 1'000'000));
+  uint64_t inflight = 0;
+  for (const transport::PathSnapshot& p : a().path_snapshots(rig_->node_b())) inflight += p.inflight_bytes;
+  ASSERT_GT(inflight, 100'000u) << "the first RTT's burst is in flight when the outage starts";
+  const Time now = rig_->sim().now();
+  for (size_t i = 0; i < rig_->links().forward.size(); ++i) rig_->blackhole(i, now, now + 100'000);
+  const auto done = wait(a(), qp_.cq_a, 1, 1'000'000'000);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, WcStatus::Success);
+  EXPECT_EQ(std::memcmp(abuf_.data(), bbuf_.data(), 4 << 20), 0);
+}
+
 TEST_F(VerbsSemantics, RoceV2GoBackNSurvivesAQpDestroyedWithPacketsInFlight) {
   // The rocev2 profile numbers packets per connection: a QP destroyed while
   // its packets await a go-back-N resend must not leave a PSN hole that

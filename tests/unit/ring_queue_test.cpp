@@ -38,6 +38,36 @@ TEST(RingQueue, BehavesAsAFifo) {
   EXPECT_EQ(ring.begin(), ring.end());
 }
 
+// push_front, mixed with pushes and pops at the other end through every
+// growth and wrap-around, puts each entry at the front as a deque does.
+TEST(RingQueue, PushFrontJumpsTheQueue) {
+  RingQueue<int> ring;
+  std::deque<int> model;
+  uint32_t x = 777;
+  for (int step = 0; step < 20000; ++step) {
+    x = x * 1103515245 + 12345;
+    const uint32_t choice = (x >> 16) % 4;
+    if (choice == 0) {
+      ring.push_front(int{step});
+      model.push_front(step);
+    } else if (choice == 3 && !model.empty()) {
+      ASSERT_EQ(ring.front(), model.front());
+      ring.pop_front();
+      model.pop_front();
+    } else {
+      ring.push_back(step);
+      model.push_back(step);
+    }
+    ASSERT_EQ(ring.size(), model.size());
+    if (!model.empty()) {
+      ASSERT_EQ(ring.front(), model.front());
+      ASSERT_EQ(ring.back(), model.back());
+    }
+  }
+  std::vector<int> seen(ring.begin(), ring.end());
+  EXPECT_EQ(seen, std::vector<int>(model.begin(), model.end()));
+}
+
 // A slot filled in place is appended only by commit_back, and a popped
 // slot comes back with the storage it owned.
 TEST(RingQueue, SlotsAreFilledInPlaceAndReused) {
