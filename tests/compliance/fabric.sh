@@ -9,7 +9,7 @@
 # Environment (from tests/compliance/meson.build): METAROCE_FABRIC,
 # COMPLIANCE_SUITE, COMPLIANCE_TARGET, COMPLIANCE_SPEC; the arguments are
 # passed to the suite (the known deviations).
-source "$(dirname "$0")/../netns/lib.sh"
+source "$(dirname "$0")/../netns/lib.sh" || exit 1
 SUITE=${COMPLIANCE_SUITE:?COMPLIANCE_SUITE not set}
 TARGET=${COMPLIANCE_TARGET:?COMPLIANCE_TARGET not set}
 SPEC=${COMPLIANCE_SPEC:?COMPLIANCE_SPEC not set}

@@ -20,7 +20,7 @@
 #
 # Environment (tests/daemon/meson.build): METAROCE_FABRIC, UDP_BLASTER,
 # METAROCED, METAROCE_CLI, METAROCE_RUN.
-source "$(dirname "$0")/../netns/lib.sh"
+source "$(dirname "$0")/../netns/lib.sh" || exit 1
 scenario=${1:?usage: fabric_daemon.sh discovery|spread|policy}
 TEST_NAME="fabric_daemon-$scenario"
 DAEMON=${METAROCED:?METAROCED not set}

@@ -6,7 +6,7 @@
 # one warning however many contexts it opens, and still works.
 #
 # Environment (tests/daemon/meson.build): METAROCED, METAROCE_CLI, METAROCE_RUN.
-source "$(dirname "$0")/../lib/harness.sh"
+source "$(dirname "$0")/../lib/harness.sh" || exit 1
 set -euo pipefail
 DAEMON=${METAROCED:?} CLI=${METAROCE_CLI:?} RUN=${METAROCE_RUN:?}
 command -v ib_write_bw >/dev/null 2>&1 || skip "perftest not installed"

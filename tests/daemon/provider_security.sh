@@ -8,7 +8,7 @@
 # another mode and its transfer fails.
 #
 # Environment (tests/daemon/meson.build): METAROCED, METAROCE_RUN, METAROCE_PERF.
-source "$(dirname "$0")/../lib/harness.sh"
+source "$(dirname "$0")/../lib/harness.sh" || exit 1
 set -euo pipefail
 DAEMON=${METAROCED:?} RUN=${METAROCE_RUN:?} PERF=${METAROCE_PERF:?}
 

@@ -9,7 +9,7 @@
 # too. No root.
 #
 #   dv_install.sh BUILD_DIR
-source "$(dirname "$0")/../lib/harness.sh"
+source "$(dirname "$0")/../lib/harness.sh" || exit 1
 set -euo pipefail
 build=${1:?build directory}
 here=$(cd "$(dirname "$0")" && pwd)

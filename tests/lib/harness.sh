@@ -37,8 +37,8 @@ HARNESS_PASSED=0
 HARNESS_FAILED=0
 HARNESS_HOOKS=()
 
-source "$(dirname "${BASH_SOURCE[0]}")/wait.sh"
-source "$(dirname "${BASH_SOURCE[0]}")/json.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/wait.sh" || exit 1
+source "$(dirname "${BASH_SOURCE[0]}")/json.sh" || exit 1
 
 pass() { echo "ok - $*"; HARNESS_PASSED=$((HARNESS_PASSED + 1)); }
 not_ok() { echo "not ok - $*"; HARNESS_FAILED=$((HARNESS_FAILED + 1)); }

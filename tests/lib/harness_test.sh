@@ -6,7 +6,7 @@
 # returns as soon as its condition holds; the watchdog records and kills a
 # hung process tree, and stops when told; the listener waits see a TCP
 # listener and a bound UDP socket, and give up when the process exits.
-source "$(dirname "$0")/harness.sh"
+source "$(dirname "$0")/harness.sh" || exit 1
 set -euo pipefail
 lib="$(cd "$(dirname "$0")" && pwd)/harness.sh"
 

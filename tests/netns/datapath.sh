@@ -18,7 +18,7 @@
 #
 # Environment (from tests/netns/meson.build): METAROCE_FABRIC, METAROCE_RUN,
 # METAROCE_PERF, METAROCED, UDP_BLASTER.
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.sh" || exit 1
 RUN=${METAROCE_RUN:?METAROCE_RUN not set}
 PERF=${METAROCE_PERF:?METAROCE_PERF not set}
 scenario=${1:?usage: datapath.sh SCENARIO}

@@ -8,7 +8,7 @@
 #
 # Environment (from tests/verbs/meson.build): METAROCE_FABRIC,
 # EXIT_TOGETHER_TEST (the verbs_exit_together_test executable).
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.sh" || exit 1
 TEST=${EXIT_TOGETHER_TEST:?EXIT_TOGETHER_TEST not set}
 
 require_netns noblaster

@@ -4,7 +4,7 @@
 # metaroce-perf rows verified their data, at 10% loss on every path
 # MetaRoCE moves more than twice what the RoCEv2 profile does, and the
 # latency rows measured every ping-pong.
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.sh" || exit 1
 require_netns
 use_prefix mrt-fbench
 RUN=${METAROCE_RUN:?METAROCE_RUN not set}

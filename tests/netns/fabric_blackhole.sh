@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # --blackhole on drops everything on one path (in both directions) while the
 # other paths keep carrying their flows; --blackhole off restores the path.
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.sh" || exit 1
 require_netns
 use_prefix mrt-bh
 

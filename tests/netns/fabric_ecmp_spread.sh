@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # ECMP really spreads: 64 UDP flows (source ports) from h0 to h1 cross all K
 # paths, and every path carries at least half of its fair share of packets.
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.sh" || exit 1
 require_netns
 use_prefix mrt-ecmp
 

@@ -3,7 +3,7 @@
 # --loss 0.1 on one path drops 10% +- 2% of that path's packets (nft counters)
 # and nothing elsewhere; on all paths, 10% +- 2% of the packets fail to arrive
 # (receiver counts); loss applies in both directions; --loss 0 restores.
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.sh" || exit 1
 require_netns
 use_prefix mrt-loss
 

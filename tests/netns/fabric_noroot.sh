@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # Without root, every command that touches the system refuses with a one-line
 # message and exit status 2 (and --help still works).
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.sh" || exit 1
 
 # A copy readable by anyone (the program and its fabric module): the source
 # tree may not be.

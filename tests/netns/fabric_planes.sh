@@ -4,7 +4,7 @@
 # plane-1 traffic crosses plane 1's paths only, impairments on plane 1 and a
 # host's plane-1 link going down leave plane 0 alone, up restores, and down
 # removes every plane.
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.sh" || exit 1
 require_netns
 use_prefix mrt-pl
 

@@ -3,7 +3,7 @@
 # `ip route get ... ipproto udp sport S dport D` in the switch predicts the path
 # a flow takes: send from one source port at a time and check that exactly the
 # predicted path's counter moved. Also checks `metaroce-fabric path` agrees.
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.sh" || exit 1
 require_netns
 use_prefix mrt-route
 

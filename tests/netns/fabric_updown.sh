@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # up/down are idempotent, the fabric is what it claims to be, and down leaves
 # nothing behind (namespaces, nft tables, state, raised sysctls).
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.sh" || exit 1
 require_netns noblaster
 use_prefix mrt-ud
 

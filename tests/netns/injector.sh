@@ -12,7 +12,7 @@
 #
 # Environment (from tests/netns/meson.build): METAROCE_FABRIC, METAROCE_RUN,
 # METAROCE_PERF, PACKET_INJECTOR.
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.sh" || exit 1
 RUN=${METAROCE_RUN:?METAROCE_RUN not set}
 PERF=${METAROCE_PERF:?METAROCE_PERF not set}
 INJECTOR=${PACKET_INJECTOR:?PACKET_INJECTOR not set}

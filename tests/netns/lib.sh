@@ -8,7 +8,7 @@
 #   METAROCE_FABRIC  path of tools/metaroce-fabric
 #   UDP_BLASTER      path of the udp-blaster executable
 
-source "$(dirname "${BASH_SOURCE[0]}")/../lib/harness.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/harness.sh" || exit 1
 set -euo pipefail
 
 FABRIC=${METAROCE_FABRIC:?METAROCE_FABRIC not set}

@@ -17,7 +17,7 @@
 # Every program runs under `timeout -k 5`; the ranks wait for each other
 # through gloo's store (bounded by its own timeout), not by sleeping here.
 TEST_NAME="gloo_${3:-}"
-source "$(dirname "$0")/../lib/harness.sh"
+source "$(dirname "$0")/../lib/harness.sh" || exit 1
 set -uo pipefail
 
 run=${1:?metaroce-run path}

@@ -10,7 +10,7 @@
 # Every wait is bounded: programs run under `timeout`, and a client starts
 # once its server listens (wait_tcp_listener).
 TEST_NAME="perftest_${2:-}"
-source "$(dirname "$0")/../lib/harness.sh"
+source "$(dirname "$0")/../lib/harness.sh" || exit 1
 set -uo pipefail
 
 run=${1:?metaroce-run path}

@@ -11,7 +11,7 @@
 #    versioned reference binds only to a definition of the same version).
 #
 #   symbols_test.sh PROVIDER_SO PRELOAD_SO
-source "$(dirname "$0")/../lib/harness.sh"
+source "$(dirname "$0")/../lib/harness.sh" || exit 1
 set -uo pipefail
 provider=${1:?provider .so}
 preload=${2:?preload .so}

@@ -11,7 +11,7 @@
 set -u
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 export DEBIAN_FRONTEND=noninteractive
-. "$(dirname "$0")/guest-lib.sh"
+. "$(dirname "$0")/guest-lib.sh" || exit 1
 
 PACKAGES=(metaroce-dkms libmetaroce1 libmetaroce-dev metaroced metaroce-tools)
 kver=$(uname -r)

@@ -5,7 +5,7 @@
 # wait_tcp_listener), and a pair of network namespaces joined by veth with
 # the GID index of an address.
 
-source "$(dirname "${BASH_SOURCE[0]}")/../lib/harness.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/harness.sh" || exit 1
 
 # in_ns NS CMD...: CMD in namespace NS ("init": the initial one).
 in_ns() { local ns=$1; shift; if [ "$ns" = init ]; then "$@"; else ip netns exec "$ns" "$@"; fi; }

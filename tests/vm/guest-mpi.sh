@@ -10,8 +10,8 @@
 # lines and the results; exits 0 only if all passed.
 set -u
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
-. "$(dirname "$0")/guest-lib.sh"
-. "$(dirname "$0")/guest-stacks-lib.sh"
+. "$(dirname "$0")/guest-lib.sh" || exit 1
+. "$(dirname "$0")/guest-stacks-lib.sh" || exit 1
 
 # --- Open MPI over UCX -----------------------------------------------------------
 # Two hosts, node0 (ns0) and node1 (ns1): mpirun in ns0 starts node1's

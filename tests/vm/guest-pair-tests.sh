@@ -15,7 +15,7 @@
 # counted); exits 0 only if nothing failed.
 set -u
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
-. "$(dirname "$0")/guest-lib.sh"
+. "$(dirname "$0")/guest-lib.sh" || exit 1
 LOSS_NAMESPACES=init
 
 role=${MROCE_ROLE:?vm-run.sh --pair sets the role}

@@ -14,7 +14,7 @@
 # not counted); exits 0 only if nothing failed.
 set -u
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
-. "$(dirname "$0")/guest-lib.sh"
+. "$(dirname "$0")/guest-lib.sh" || exit 1
 
 reference_ok() { echo "REFERENCE ok: $*"; }
 reference_failed() { echo "REFERENCE failed: $*"; }

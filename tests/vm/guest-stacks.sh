@@ -13,8 +13,8 @@
 # Under emulation the figures are functional, not performance.
 set -u
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
-. "$(dirname "$0")/guest-lib.sh"
-. "$(dirname "$0")/guest-stacks-lib.sh"
+. "$(dirname "$0")/guest-lib.sh" || exit 1
+. "$(dirname "$0")/guest-stacks-lib.sh" || exit 1
 
 # --- UCX ---------------------------------------------------------------------
 expect "ucx_info -d lists mr0:1 with rc_verbs and ud_verbs" sh -c \

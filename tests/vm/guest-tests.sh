@@ -11,7 +11,7 @@
 # Prints "ok - ..." / "not ok - ..." lines; exits 0 only if all passed.
 set -u
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
-. "$(dirname "$0")/guest-lib.sh"
+. "$(dirname "$0")/guest-lib.sh" || exit 1
 OUT=$WORK/guest-test.out
 has_dev() { [ -e "/sys/class/infiniband/$1" ]; }
 no_dev() { [ ! -e "/sys/class/infiniband/$1" ]; }
