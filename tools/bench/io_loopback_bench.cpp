@@ -7,11 +7,22 @@
 // UDP_GRO). One JSON object per line on stdout.
 //
 //   io-loopback-bench [--mib N] [--message-kib N] [--mtu N] [--paths N]
-//                     [--burst-us N] [--rate-gbps N] [--runs N] [--case NAME]
+//                     [--burst-us N] [--rate-gbps N] [--wire-delay-us N]
+//                     [--runs N] [--case NAME]
 //                     [--security integrity|authenticate|encrypt|all]
 // Cases: raw-gso, raw-plain, engine-only, uring-gso, uring, mmsg-gso, mmsg
 // (default: all). The engine cases run once per security mode (default:
 // all three, side by side) and report the CPU time per byte moved.
+//
+// engine-only runs the two engines in one thread, in virtual time, driven as
+// the runtime drives them: the runtime's pacing burst (--burst-us), and a
+// virtual wire that delivers each datagram --wire-delay-us after it left
+// (default 10). Without the delay every RTT sample is zero, the rate hint's
+// connection window (two hint-rate RTTs) sits at its two-packet floor, and
+// each pair of packets waits out the ACK delay: half the datagrams are then
+// ACKs. The runtime cases print acks_sent too, for comparison (over loopback
+// the runtime sends one ACK per 80 to 120 data packets).
+
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <sys/socket.h>
@@ -23,8 +34,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,6 +65,7 @@ struct Args {
   uint16_t paths = 4;
   uint64_t burst_us = 100;
   uint64_t rate_gbps = 100;
+  uint64_t wire_delay_us = 10;  // engine-only: one-way delay of the virtual wire
   int runs = 1;
   std::string only;
   std::vector<Security> modes = {Security::Integrity, Security::Authenticate, Security::Encrypt};
@@ -63,6 +77,19 @@ void key_endpoints(Endpoint& a, metaroce::transport::PeerId b_at_a, Endpoint& b,
   key.fill(0x5c);
   a.set_peer_key(b_at_a, key, 0);
   b.set_peer_key(a_at_b, key, 1);
+}
+
+// Both ends of every engine case, with or without the runtime.
+metaroce::transport::EndpointConfig endpoint_config(const Args& args, Security security) {
+  metaroce::transport::EndpointConfig config;
+  config.paths = args.paths;
+  config.mtu = args.mtu;
+  config.path_rate_bps = args.rate_gbps * 1'000'000'000 / std::max<uint16_t>(args.paths, 1);
+  config.base_rtt_ns = 100'000;
+  config.min_rto_ns = 2'000'000;
+  config.cc.target_queue_delay_ns = 2'000'000;
+  config.security = security;
+  return config;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -207,13 +234,7 @@ void run_metaroce(const Args& args, bool io_uring, bool gso, Security security, 
   options.use_gso = gso;
   options.use_gro = gso;
   options.pacing_burst_ns = args.burst_us * 1000;
-  options.endpoint.paths = args.paths;
-  options.endpoint.mtu = args.mtu;
-  options.endpoint.path_rate_bps = args.rate_gbps * 1'000'000'000 / std::max<uint16_t>(args.paths, 1);
-  options.endpoint.base_rtt_ns = 100'000;
-  options.endpoint.min_rto_ns = 2'000'000;
-  options.endpoint.cc.target_queue_delay_ns = 2'000'000;
-  options.endpoint.security = security;
+  options.endpoint = endpoint_config(args, security);
   std::string error;
   Waiter waiter;
   auto a = Runtime::create(options, error);
@@ -285,6 +306,7 @@ void run_metaroce(const Args& args, bool io_uring, bool gso, Security security, 
   const RuntimeStats sa = a->stats();
   const RuntimeStats sb = b->stats();
   const auto ca = a->with_engine([](Endpoint& e, Time) { return e.counters(); });
+  const auto cb = b->with_engine([](Endpoint& e, Time) { return e.counters(); });
   std::printf(
       "{\"bench\":\"io_loopback\",\"case\":\"metaroce\",\"security\":\"%s\",\"backend\":\"%s\",\"gso\":%s,\"gro\":%s,"
       "\"bytes\":%zu,"
@@ -292,7 +314,7 @@ void run_metaroce(const Args& args, bool io_uring, bool gso, Security security, 
       "\"goodput_gbps\":%.2f,\"cpu_seconds\":%.3f,\"cpu_ns_per_byte\":%.3f,\"cpu_s_per_gib\":%.3f,"
       "\"datagrams_sent\":%llu,\"send_syscalls\":%llu,"
       "\"gso_sends\":%llu,\"receiver_datagrams\":%llu,\"receiver_syscalls\":%llu,\"gro_receives\":%llu,"
-      "\"retransmits\":%llu,\"sender_wakeups\":%llu,\"receiver_wakeups\":%llu}\n",
+      "\"retransmits\":%llu,\"acks_sent\":%llu,\"sender_wakeups\":%llu,\"receiver_wakeups\":%llu}\n",
       metaroce::wire::to_string(security), sa.io_uring ? "io_uring" : "sendmmsg", sa.gso ? "true" : "false",
       sb.gro ? "true" : "false", total, message, args.mtu, args.paths, static_cast<unsigned long long>(args.burst_us),
       intact ? "true" : "false", wall, intact ? static_cast<double>(total) * 8 / wall / 1e9 : 0.0, cpu,
@@ -300,8 +322,8 @@ void run_metaroce(const Args& args, bool io_uring, bool gso, Security security, 
       static_cast<unsigned long long>(sa.datagrams_sent), static_cast<unsigned long long>(sa.send_syscalls),
       static_cast<unsigned long long>(sa.gso_sends), static_cast<unsigned long long>(sb.datagrams_received),
       static_cast<unsigned long long>(sb.receive_syscalls), static_cast<unsigned long long>(sb.gro_receives),
-      static_cast<unsigned long long>(ca.tx_retransmits), static_cast<unsigned long long>(sa.progress_wakeups),
-      static_cast<unsigned long long>(sb.progress_wakeups));
+      static_cast<unsigned long long>(ca.tx_retransmits), static_cast<unsigned long long>(cb.tx_acks),
+      static_cast<unsigned long long>(sa.progress_wakeups), static_cast<unsigned long long>(sb.progress_wakeups));
   std::fflush(stdout);
 }
 
@@ -310,18 +332,46 @@ void run_metaroce(const Args& args, bool io_uring, bool gso, Security security, 
 // The same transfer between two Endpoints in this thread, datagrams handed
 // over directly and the clock jumping to the next event: the CPU cost of the
 // engine without any I/O, an upper bound for one core.
+// One direction of the engine-only bench's wire: datagrams in the order
+// sent, each delivered at its time, in preallocated slots (the engine writes
+// into the slot; nothing is copied or allocated per datagram).
+class VirtualWire {
+ public:
+  explicit VirtualWire(size_t slot_bytes) : slot_bytes_(slot_bytes), data_(kSlots * slot_bytes), entries_(kSlots) {}
+
+  bool full() const { return count_ == kSlots; }
+  std::span<uint8_t> slot() { return {data_.data() + index(count_) * slot_bytes_, slot_bytes_}; }
+  void commit(Time arrival, uint32_t length) { entries_[index(count_++)] = {arrival, length}; }
+
+  bool arrived(Time now) const { return count_ > 0 && entries_[head_].arrival <= now; }
+  std::span<const uint8_t> front() const { return {data_.data() + head_ * slot_bytes_, entries_[head_].length}; }
+  void pop() {
+    head_ = (head_ + 1) % kSlots;
+    --count_;
+  }
+  Time next_arrival() const { return count_ > 0 ? entries_[head_].arrival : metaroce::transport::kNever; }
+
+ private:
+  static constexpr size_t kSlots = 4096;  // far above what a window puts in flight
+  struct Entry {
+    Time arrival = 0;
+    uint32_t length = 0;
+  };
+  size_t index(size_t offset) const { return (head_ + offset) % kSlots; }
+
+  size_t slot_bytes_;
+  std::vector<uint8_t> data_;
+  std::vector<Entry> entries_;
+  size_t head_ = 0;
+  size_t count_ = 0;
+};
+
 void run_engine_only(const Args& args, Security security, std::vector<uint8_t>& source, std::vector<uint8_t>& sink) {
   using namespace metaroce::transport;
   const size_t total = args.mib << 20;
   const size_t message = args.message_kib << 10;
-  EndpointConfig config;
-  config.paths = args.paths;
-  config.mtu = args.mtu;
-  config.path_rate_bps = args.rate_gbps * 1'000'000'000 / std::max<uint16_t>(args.paths, 1);
-  config.base_rtt_ns = 100'000;
-  config.min_rto_ns = 2'000'000;
-  config.cc.target_queue_delay_ns = 2'000'000;
-  config.security = security;
+  EndpointConfig config = endpoint_config(args, security);
+  config.pacing_burst_ns = args.burst_us * 1000;  // as the runtime sets it
   Endpoint a(config);
   Endpoint b(config);
   key_endpoints(a, 2, b, 1);
@@ -338,7 +388,10 @@ void run_engine_only(const Args& args, Security security, std::vector<uint8_t>& 
   a.connect_qp(qp_a, 2, qp_b, qp_config);  // peer ids: a is 1, b is 2
   b.connect_qp(qp_b, 1, qp_a, qp_config);
   std::memset(sink.data(), 0, total);
-  std::vector<uint8_t> buffer(std::max(a.max_datagram_bytes(), b.max_datagram_bytes()));
+  const size_t slot_bytes = std::max(a.max_datagram_bytes(), b.max_datagram_bytes());
+  VirtualWire a_to_b(slot_bytes);
+  VirtualWire b_to_a(slot_bytes);
+  const Time delay = args.wire_delay_us * 1000;
   const double cpu0 = cpu_seconds();
   const auto start = std::chrono::steady_clock::now();
   const size_t messages = (total + message - 1) / message;
@@ -360,21 +413,27 @@ void run_engine_only(const Args& args, Security security, std::vector<uint8_t>& 
   Completion batch[64];
   for (uint64_t step = 0; done < messages && step < 100'000'000; ++step) {
     bool moved = false;
-    while (auto d = a.poll_transmit(now, buffer)) {
-      b.on_datagram(now, 1, {buffer.data(), d->length}, false);
+    while (!a_to_b.full()) {
+      auto d = a.poll_transmit(now, a_to_b.slot());
+      if (!d) break;
+      a_to_b.commit(now + delay, d->length);
       moved = true;
       ++datagrams;
     }
-    while (auto d = b.poll_transmit(now, buffer)) {
-      a.on_datagram(now, 2, {buffer.data(), d->length}, false);
+    while (!b_to_a.full()) {
+      auto d = b.poll_transmit(now, b_to_a.slot());
+      if (!d) break;
+      b_to_a.commit(now + delay, d->length);
       moved = true;
     }
+    for (; a_to_b.arrived(now); a_to_b.pop(), moved = true) b.on_datagram(now, 1, a_to_b.front(), false);
+    for (; b_to_a.arrived(now); b_to_a.pop(), moved = true) a.on_datagram(now, 2, b_to_a.front(), false);
     while (size_t n = a.poll_cq(cq_a, batch)) done += n;
     if (moved) continue;
     // As a driver does: each side's wake-up asked once per idle turn.
     const Time wake_a = a.next_wakeup();
     const Time wake_b = b.next_wakeup();
-    const Time next = std::min(wake_a, wake_b);
+    const Time next = std::min({wake_a, wake_b, a_to_b.next_arrival(), b_to_a.next_arrival()});
     if (next == kNever) break;
     now = std::max(now + 1, next);
     if (wake_a <= now) a.on_timer(now);
@@ -386,10 +445,11 @@ void run_engine_only(const Args& args, Security security, std::vector<uint8_t>& 
   std::printf(
       "{\"bench\":\"io_loopback\",\"case\":\"engine-only\",\"security\":\"%s\",\"bytes\":%zu,\"mtu\":%u,\"paths\":%u,"
       "\"intact\":%s,\"seconds\":%.4f,\"goodput_gbps\":%.2f,\"cpu_seconds\":%.3f,\"cpu_ns_per_byte\":%.3f,"
-      "\"cpu_s_per_gib\":%.3f,\"datagrams_sent\":%llu}\n",
+      "\"cpu_s_per_gib\":%.3f,\"datagrams_sent\":%llu,\"acks_sent\":%llu,\"wire_delay_us\":%llu}\n",
       metaroce::wire::to_string(security), total, args.mtu, args.paths, intact ? "true" : "false", wall,
       intact ? static_cast<double>(total) * 8 / wall / 1e9 : 0.0, cpu, cpu * 1e9 / static_cast<double>(total),
-      cpu_s_per_gib(cpu, total), static_cast<unsigned long long>(datagrams));
+      cpu_s_per_gib(cpu, total), static_cast<unsigned long long>(datagrams),
+      static_cast<unsigned long long>(b.counters().tx_acks), static_cast<unsigned long long>(args.wire_delay_us));
   std::fflush(stdout);
 }
 
@@ -404,6 +464,7 @@ bool parse(int argc, char** argv, Args& args) {
     else if (flag == "--paths") args.paths = static_cast<uint16_t>(std::strtoul(value, nullptr, 10));
     else if (flag == "--burst-us") args.burst_us = std::strtoull(value, nullptr, 10);
     else if (flag == "--rate-gbps") args.rate_gbps = std::strtoull(value, nullptr, 10);
+    else if (flag == "--wire-delay-us") args.wire_delay_us = std::strtoull(value, nullptr, 10);
     else if (flag == "--runs") args.runs = std::atoi(value);
     else if (flag == "--case") args.only = value;
     else if (flag == "--security") {
@@ -425,7 +486,8 @@ int main(int argc, char** argv) {
   if (!parse(argc, argv, args)) {
     std::fprintf(stderr,
                  "usage: io-loopback-bench [--mib N] [--message-kib N] [--mtu N] [--paths N] [--burst-us N]\n"
-                 "                         [--rate-gbps N] [--runs N] [--case raw-gso|raw-plain|engine-only|uring-gso|"
+                 "                         [--rate-gbps N] [--wire-delay-us N] [--runs N]\n"
+                 "                         [--case raw-gso|raw-plain|engine-only|uring-gso|"
                  "uring|mmsg-gso|mmsg]\n"
                  "                         [--security integrity|authenticate|encrypt|all]\n");
     return 2;
