@@ -17,9 +17,11 @@
 // (RuntimeOptions::pacing_burst_ns), so one drain of poll_transmit releases
 // every datagram due within it, and next_wakeup() names a pacing release half
 // a burst early: each iteration sends about half a burst of paced traffic in
-// one submission, and wake-up latency below half a burst costs no rate. The
-// engine runs on the runtime's clock (CLOCK_MONOTONIC unless a test injected
-// a fake one), so its RTT samples are honest.
+// one submission, and wake-up latency below half a burst costs no rate. On
+// a slow link the burst is lengthened until half of it fills one GSO message
+// on every path (pacing_burst()). The engine runs on the runtime's clock
+// (CLOCK_MONOTONIC unless a test injected a fake one), so its RTT samples
+// are honest.
 //
 // Inline transmission (RuntimeOptions::inline_transmit): the progress thread
 // publishes, under the engine lock, the deadline it will sleep until, and
@@ -82,6 +84,22 @@ constexpr unsigned long kTimerSlackNs = 5'000;
 constexpr uint32_t kInlineDatagrams = 8;
 // Socket-buffer-full waits (10 ms each) an inline send makes at most.
 constexpr uint32_t kInlineBufferWaits = 10;
+
+// The engine's pacing burst: the configured one, or longer where the links
+// are slow enough that half of it (what one wake-up releases) would not fill
+// one GSO message on every path. A wake-up then sends full GSO messages
+// wherever the windows allow, rather than as much as 50 us of a slow link
+// carries. The pace that binds is usually the peer's rate hint, its inbound
+// capacity, taken to be ours.
+transport::Time pacing_burst(const RuntimeOptions& options) {
+  const transport::EndpointConfig& e = options.endpoint;
+  const uint64_t paths = std::max<uint16_t>(e.paths, 1);
+  uint64_t rate_bps = paths * e.path_rate_bps;
+  if (e.inbound_capacity_bps != 0) rate_bps = std::min(rate_bps, e.inbound_capacity_bps);
+  if (options.pacing_burst_ns == 0 || rate_bps == 0) return options.pacing_burst_ns;
+  const double gso_round_ns = 8e9 * static_cast<double>(paths * kMaxGsoBytes) / static_cast<double>(rate_bps);
+  return std::max(options.pacing_burst_ns, static_cast<transport::Time>(2 * gso_round_ns));
+}
 
 void log_fallback_once(const std::string& reason) {
   static std::once_flag once;
@@ -446,7 +464,7 @@ bool RuntimeImpl::start(std::string& error) {
       return false;
     }
   }
-  config.pacing_burst_ns = options_.pacing_burst_ns;
+  config.pacing_burst_ns = pacing_burst(options_);
   config.driver_releases_completions = true;  // see progress_loop
   config.planes = static_cast<uint16_t>(plane_addresses_.size());
   if (config.paths < config.planes) {

@@ -92,8 +92,10 @@ struct RuntimeOptions {
   int socket_buffer_bytes = 8 << 20;
   // Pacing burst allowance given to the engine (EndpointConfig::
   // pacing_burst_ns): how much paced traffic one wake-up of the progress
-  // thread may release in one submission. The engine caps it at a quarter of
-  // its minimum RTO. 0 = strictly paced, one datagram per path per wake-up.
+  // thread may release in one submission. Raised where the links are slow
+  // enough that half of it would not fill one GSO message per path (10 Gb/s,
+  // 4 paths: 416 us); the engine caps it at a quarter of its minimum RTO.
+  // 0 = strictly paced, one datagram per path per wake-up.
   transport::Time pacing_burst_ns = 100'000;
   // The clock of the engine, the progress loop and the backend; null:
   // monotonic_clock(). Shared so that the runtime keeps it alive.

@@ -36,6 +36,7 @@
 #include "metaroce/wire.h"
 #include "metaroce/splitmix64.h"
 #include "runtime.h"
+#include "udp_socket.h"
 
 namespace metaroce::io {
 namespace {
@@ -674,6 +675,24 @@ TEST(IoRuntime, AutomaticHomePortsDiffer) {
   sockaddr_storage local = a->local_address();
   EXPECT_EQ(local.ss_family, AF_INET);
   EXPECT_EQ(ntohs(reinterpret_cast<sockaddr_in&>(local).sin_port), a->home_port());
+}
+
+// One wake-up releases half the pacing burst: on a slow link that must still
+// fill one GSO message on every path; on a fast one the configured burst
+// already does.
+TEST(IoRuntime, HalfAPacingBurstFillsAGsoMessageOnEveryPath) {
+  auto burst_for = [](uint64_t link_bps) {
+    RuntimeOptions o = test_options(false, true);
+    o.endpoint.path_rate_bps = link_bps;  // as the provider sets them for one plane
+    o.endpoint.inbound_capacity_bps = link_bps;
+    auto runtime = make_runtime(o);
+    return runtime ? runtime->with_engine([](Endpoint& e, Time) { return e.config().pacing_burst_ns; }) : Time{0};
+  };
+  const uint64_t slow_bps = 10'000'000'000;
+  const Time slow = burst_for(slow_bps);
+  EXPECT_GE(static_cast<double>(slow) / 2 * slow_bps / 8e9, 4.0 * kMaxGsoBytes);
+  EXPECT_LE(static_cast<double>(slow) / 2 * slow_bps / 8e9, 4.0 * kMaxGsoBytes + 1);
+  EXPECT_EQ(burst_for(100'000'000'000), RuntimeOptions{}.pacing_burst_ns);
 }
 
 TEST(IoRuntime, BadOptionsAreRejected) {
