@@ -28,13 +28,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -329,9 +329,6 @@ void run_metaroce(const Args& args, bool io_uring, bool gso, Security security, 
 
 // --- the engine alone ------------------------------------------------------------
 
-// The same transfer between two Endpoints in this thread, datagrams handed
-// over directly and the clock jumping to the next event: the CPU cost of the
-// engine without any I/O, an upper bound for one core.
 // One direction of the engine-only bench's wire: datagrams in the order
 // sent, each delivered at its time, in preallocated slots (the engine writes
 // into the slot; nothing is copied or allocated per datagram).
@@ -366,6 +363,9 @@ class VirtualWire {
   size_t count_ = 0;
 };
 
+// The same transfer between two Endpoints in this thread, datagrams crossing
+// a VirtualWire and the clock jumping to the next event: the CPU cost of the
+// engine without any I/O, an upper bound for one core.
 void run_engine_only(const Args& args, Security security, std::vector<uint8_t>& source, std::vector<uint8_t>& sink) {
   using namespace metaroce::transport;
   const size_t total = args.mib << 20;
