@@ -78,6 +78,11 @@ static_assert(std::is_same_v<transport::Time, uint64_t>, "Clock::now() is a tran
 constexpr transport::Time kStaleWakeupSleepNs = 20'000;
 // How long a closing runtime waits for the kernel to take its last sends.
 constexpr transport::Time kOwedSendsTimeoutNs = 100'000'000;
+// How long fence_sends() lets the kernel take the sends it waits for; past
+// it a send still queued may read memory the application has freed, and at
+// worst fails (EFAULT) or carries bytes its checksum does not match: a lost
+// datagram, never memory of this process written.
+constexpr transport::Time kFenceDrainNs = 1'000'000'000;
 constexpr unsigned long kTimerSlackNs = 5'000;
 // Datagrams a with_engine() caller sends itself at most; the rest is the
 // progress thread's (a posting thread is not held up by a large message).
@@ -185,6 +190,7 @@ class RuntimeImpl final : public Runtime {
   }
 
   RuntimeStats stats() const override;
+  void fence_sends() override;
   bool route_peer(transport::PeerId peer, const std::vector<uint16_t>& ports, std::string& error) override;
   uint16_t source_port(transport::PeerId peer, uint16_t path) const override;
   std::optional<sockaddr_storage> peer_address(transport::PeerId peer) const override {
@@ -244,6 +250,8 @@ class RuntimeImpl final : public Runtime {
   void sync_path_sockets(IoBackend& io);
   void run(std::promise<std::string>& started);
   void progress_loop(IoBackend& io);
+  // Drains the backend for the fence_sends() callers (progress thread).
+  void serve_fences(IoBackend& io);
   void send_what_is_owed(IoBackend& io);
   void send_inline(TxBatch& batch);
   // Builds and hands a filled batch to the backend (progress thread).
@@ -293,6 +301,13 @@ class RuntimeImpl final : public Runtime {
   std::atomic<bool> sends_unsent_{false};  // BackendConfig::sends_unsent
   std::unique_ptr<InlineSender> inline_;   // null without inline_transmit
   std::atomic<bool> oversize_logged_{false};
+  // fence_sends(): batches the progress thread filled with a gathered
+  // payload; of those, how many the kernel has read (UINT64_MAX once the
+  // thread has ended); requests, and the requests served.
+  std::atomic<uint64_t> gathered_batches_{0};
+  std::atomic<uint64_t> drained_batches_{0};
+  std::atomic<uint64_t> fence_requests_{0};
+  uint64_t fences_served_ = 0;  // progress thread
 
   // Wakes the progress thread.
   void kick() {
@@ -466,6 +481,9 @@ bool RuntimeImpl::start(std::string& error) {
   }
   config.pacing_burst_ns = pacing_burst(options_);
   config.driver_releases_completions = true;  // see progress_loop
+  // The kernel copies a payload straight from application memory (TxBatch);
+  // fence_sends() keeps a deregistered MR's memory from being read after.
+  config.gather_payload = true;
   config.planes = static_cast<uint16_t>(plane_addresses_.size());
   if (config.paths < config.planes) {
     error =
@@ -546,6 +564,31 @@ void RuntimeImpl::run(std::promise<std::string>& started) {
   publish(*io);
   started.set_value(std::string());  // `started` must not be touched after this
   progress_loop(*io);
+  drained_batches_.store(UINT64_MAX, std::memory_order_release);
+  drained_batches_.notify_all();
+}
+
+void RuntimeImpl::fence_sends() {
+  const uint64_t target = gathered_batches_.load(std::memory_order_acquire);
+  uint64_t drained = drained_batches_.load(std::memory_order_acquire);
+  if (drained >= target) return;
+  fence_requests_.fetch_add(1, std::memory_order_release);
+  kick();
+  while (drained < target) {
+    drained_batches_.wait(drained, std::memory_order_acquire);
+    drained = drained_batches_.load(std::memory_order_acquire);
+  }
+}
+
+void RuntimeImpl::serve_fences(IoBackend& io) {
+  const uint64_t requests = fence_requests_.load(std::memory_order_acquire);
+  if (requests == fences_served_) return;
+  fences_served_ = requests;
+  // Every batch filled so far went to send() in the iteration that filled it.
+  const uint64_t filled = gathered_batches_.load(std::memory_order_relaxed);
+  io.drain_sends(now() + kFenceDrainNs);
+  drained_batches_.store(filled, std::memory_order_release);
+  drained_batches_.notify_all();
 }
 
 void RuntimeImpl::progress_loop(IoBackend& io) {
@@ -554,6 +597,7 @@ void RuntimeImpl::progress_loop(IoBackend& io) {
     counters_.progress_wakeups += io.wait(deadline);
     (void)io.take_kick();
     if (stop_.load(std::memory_order_acquire)) break;
+    serve_fences(io);  // before receive(): draining reaps completions
 
     // The batch first: making one free may reap completions, which must not
     // move the received messages while we hold a view of them.
@@ -569,11 +613,14 @@ void RuntimeImpl::progress_loop(IoBackend& io) {
       sync_path_sockets(io);
       for (const RxMessage& message : received) deliver(message, clock, realtime);
       if (engine_->next_wakeup() <= clock) engine_->on_timer(clock);
+      bool gathered = false;
       while (!batch.full()) {
         const std::optional<transport::TxDatagram> datagram = engine_->poll_transmit(clock, batch.next_slot());
         if (!datagram) break;
-        batch.commit(datagram->peer, datagram->path_id, datagram->length);
+        batch.commit(*datagram);
+        gathered |= !datagram->payload.empty();
       }
+      if (gathered) gathered_batches_.fetch_add(1, std::memory_order_release);
       const bool worked = !received.empty() || batch.size() > 0;
       // Before the submission below, which clears it again.
       if (batch.size() > 0) sends_unsent_.store(true, std::memory_order_release);
@@ -652,7 +699,7 @@ void RuntimeImpl::transmit_inline() {
   while (!batch.full()) {
     const std::optional<transport::TxDatagram> datagram = engine_->poll_transmit(clock, batch.next_slot());
     if (!datagram) break;
-    batch.commit(datagram->peer, datagram->path_id, datagram->length);
+    batch.commit(*datagram);
   }
   if (batch.size() > 0) send_inline(batch);
   // The ACKs the held completions wait for are with the kernel now: this
@@ -691,7 +738,7 @@ void RuntimeImpl::send_what_is_owed(IoBackend& io) {
     while (!batch.full()) {
       const std::optional<transport::TxDatagram> datagram = engine_->poll_transmit(clock, batch.next_slot());
       if (!datagram) break;
-      batch.commit(datagram->peer, datagram->path_id, datagram->length);
+      batch.commit(*datagram);
     }
   }
   send(io, batch);

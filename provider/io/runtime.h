@@ -142,6 +142,14 @@ class Runtime {
   virtual void set_completion_listener(std::function<void(uint32_t cq)> listener) = 0;
 
   virtual RuntimeStats stats() const = 0;
+  // Returns once the kernel has read every datagram handed out so far whose
+  // payload it copies from application memory (EndpointConfig::
+  // gather_payload; the progress thread's sends may still be queued in the
+  // kernel after the engine lock is released). An MR's deregistration calls
+  // it after the engine has forgotten the MR, before the application may
+  // free the memory. Not on the progress thread, nor with the engine lock
+  // held.
+  virtual void fence_sends() = 0;
   // Stops the progress thread after it has sent what the peers are owed
   // (ACKs for what completed here, NAKs); the destructor does it too. For
   // a process that exits without closing its devices. Idempotent.

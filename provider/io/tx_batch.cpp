@@ -12,11 +12,22 @@ TxBatch::TxBatch(uint32_t capacity, uint32_t slot_bytes)
       data_(new uint8_t[size_t{capacity_} * slot_bytes_]),
       entries_(new Entry[capacity_]),
       order_(new uint32_t[capacity_]),
-      iovecs_(new iovec[capacity_]),
+      iovecs_(new iovec[size_t{3} * capacity_]),
       messages_(new mmsghdr[capacity_]()),
       destinations_(new sockaddr_storage[capacity_]()),
       controls_(new Control[capacity_]()),
       info_(new MessageInfo[capacity_]) {}
+
+void TxBatch::add_iovecs(uint32_t index, size_t& iov) {
+  const Entry& e = entries_[index];
+  if (e.payload_length == 0) {
+    iovecs_[iov++] = {slot(index), e.length};
+    return;
+  }
+  iovecs_[iov++] = {slot(index), e.head};
+  iovecs_[iov++] = {const_cast<uint8_t*>(e.payload), e.payload_length};
+  iovecs_[iov++] = {slot(index) + e.head, e.length - e.head - e.payload_length};
+}
 
 void TxBatch::build(const PeerTable::View& peers, uint16_t default_sockets, uint16_t socket_count, bool gso,
                     uint64_t& unroutable) {
@@ -50,7 +61,7 @@ void TxBatch::build(const PeerTable::View& peers, uint16_t default_sockets, uint
       continue;
     }
     const size_t first_iov = iov;
-    iovecs_[iov++] = {slot(head_index), head.length};
+    add_iovecs(head_index, iov);
     uint32_t segments = 1;
     uint32_t bytes = head.length;
     size_t j = k + 1;
@@ -59,7 +70,7 @@ void TxBatch::build(const PeerTable::View& peers, uint16_t default_sockets, uint
         const Entry& e = entries_[order_[j]];
         if (e.socket != socket || e.peer != head.peer || e.length > head.length) break;
         if (segments == kMaxGsoSegments || bytes + e.length > kMaxGsoBytes) break;
-        iovecs_[iov++] = {slot(order_[j]), e.length};
+        add_iovecs(order_[j], iov);
         ++segments;
         bytes += e.length;
         ++j;
@@ -72,7 +83,7 @@ void TxBatch::build(const PeerTable::View& peers, uint16_t default_sockets, uint
     h.msg_name = &destinations_[m];
     h.msg_namelen = length;
     h.msg_iov = &iovecs_[first_iov];
-    h.msg_iovlen = segments;
+    h.msg_iovlen = iov - first_iov;
     if (segments > 1) {
       h.msg_control = controls_[m].bytes;
       h.msg_controllen = write_gso_control(controls_[m].bytes, static_cast<uint16_t>(head.length));
@@ -82,7 +93,7 @@ void TxBatch::build(const PeerTable::View& peers, uint16_t default_sockets, uint
     }
     h.msg_flags = 0;
     messages_[m].msg_len = 0;
-    info_[m] = {socket, static_cast<uint16_t>(segments)};
+    info_[m] = {socket, static_cast<uint16_t>(segments), head.length};
     k = j;
   }
 }

@@ -8,7 +8,8 @@
 //    engine's order (the receiver treats a path as FIFO); paths are
 //    independent, so interleaving across them is irrelevant;
 //  - within a path, consecutive datagrams to the same peer of the same size
-//    form one UDP_SEGMENT super-datagram (one iovec per datagram, no copy); a
+//    form one UDP_SEGMENT super-datagram (one iovec per datagram, three for
+//    one whose payload stays in application memory; no copy); a
 //    shorter datagram may close a run as its last segment; a run stops at
 //    kMaxGsoSegments segments or kMaxGsoBytes bytes;
 //  - anything else (another peer, a larger datagram) starts a new message.
@@ -22,6 +23,7 @@
 #include <span>
 #include <vector>
 
+#include "endpoint.h"
 #include "peer_table.h"
 #include "types.h"
 #include "udp_socket.h"
@@ -31,8 +33,9 @@ namespace metaroce::io {
 class TxBatch {
  public:
   struct MessageInfo {
-    uint16_t socket = 0;    // path socket index
-    uint16_t segments = 0;  // datagrams in the message
+    uint16_t socket = 0;         // path socket index
+    uint16_t segments = 0;       // datagrams in the message
+    uint32_t segment_bytes = 0;  // the length of each but the last
   };
 
   // `capacity` datagrams of at most `slot_bytes` each.
@@ -48,7 +51,12 @@ class TxBatch {
 
   // Where the next datagram goes (slot_bytes long); requires !full().
   std::span<uint8_t> next_slot() { return {slot(count_), slot_bytes_}; }
-  void commit(transport::PeerId peer, uint16_t path, uint32_t length) { entries_[count_++] = {peer, path, length, 0}; }
+  // The datagram poll_transmit wrote to next_slot() (with its payload left
+  // in application memory when TxDatagram::payload is set).
+  void commit(const transport::TxDatagram& d) {
+    entries_[count_++] = {
+        d.peer, d.path_id, d.length, 0, d.head, d.payload.data(), static_cast<uint32_t>(d.payload.size())};
+  }
 
   // Builds the send messages (see the rules above). Each datagram's socket
   // is peers.socket(peer, path, default_sockets), below `socket_count`.
@@ -71,7 +79,12 @@ class TxBatch {
     uint16_t path;
     uint32_t length;
     uint16_t socket;  // set by build()
+    uint32_t head;    // with a gathered payload: the slot's bytes before it
+    const uint8_t* payload;
+    uint32_t payload_length;  // 0: the slot holds the whole datagram
   };
+  // Appends the iovecs of datagram `index` at iovecs_[iov].
+  void add_iovecs(uint32_t index, size_t& iov);
   struct alignas(8) Control {
     uint8_t bytes[kTxControlBytes];
   };

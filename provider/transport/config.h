@@ -75,6 +75,15 @@ struct EndpointConfig {
   // to the kernel later (the io runtime): a process that exits at its last
   // completion, even with _exit(), must not take the ACK with it.
   bool driver_releases_completions = false;
+  // The driver sends a datagram from three places (TxDatagram::payload): the
+  // engine then leaves a payload that lies in one piece of application
+  // memory where it is instead of copying it into the datagram, and the
+  // kernel's copy is the only one. Integrity mode only (a tag over the
+  // payload is computed in place); new data only (a resend, inline data and
+  // a payload across SGEs are copied). The driver must not let an MR's
+  // deregistration return while a datagram it handed out may still be read
+  // (io::Runtime::fence_sends).
+  bool gather_payload = false;
 };
 
 // IB's largest RNR timer value (655.36 ms): a NAK asking for a longer delay

@@ -946,7 +946,7 @@ bool Connection::has_data_to_send() const {
   return false;
 }
 
-size_t Connection::send_data(Time now, std::span<uint8_t> out, uint16_t& path_id) {
+size_t Connection::send_data(Time now, std::span<uint8_t> out, uint16_t& path_id, std::span<const uint8_t>* gathered) {
   const uint32_t mtu_bytes = endpoint_.config().mtu + static_cast<uint32_t>(wire::kDataHeaderBytes);
   if (rocev2() && paths_[0].rewinding) {
     if (path_ready_time(paths_[0]) > now) return 0;
@@ -1002,7 +1002,7 @@ size_t Connection::send_data(Time now, std::span<uint8_t> out, uint16_t& path_id
     return 0;
   }
   uint32_t payload = 0;
-  const size_t length = qp->build_packet(ref, origin(path->id), path->next_seq, flags, out, &payload);
+  const size_t length = qp->build_packet(ref, origin(path->id), path->next_seq, flags, out, &payload, gathered);
   if (length == 0) {
     if (retransmit && ref.response) {  // a resent READ response whose memory is gone
       ++endpoint_.counters_.tx_response_unreadable;
@@ -1027,7 +1027,8 @@ size_t Connection::send_data(Time now, std::span<uint8_t> out, uint16_t& path_id
   return length;
 }
 
-size_t Connection::poll_transmit(Time now, std::span<uint8_t> out, uint16_t& path_id) {
+size_t Connection::poll_transmit(Time now, std::span<uint8_t> out, uint16_t& path_id,
+                                 std::span<const uint8_t>* gathered) {
   if (!control_.empty()) {
     const Control c = control_.front();
     control_.pop_front();
@@ -1045,7 +1046,7 @@ size_t Connection::poll_transmit(Time now, std::span<uint8_t> out, uint16_t& pat
     return wire::encode_probe(out, origin(c.path_id), c.type, c.probe);
   }
   if (ack_due(now)) return send_ack(now, out, path_id);
-  return send_data(now, out, path_id);
+  return send_data(now, out, path_id, gathered);
 }
 
 Time Connection::next_wakeup() const {

@@ -48,7 +48,8 @@ class Connection {
   void on_peer_restart();
   void on_timer(Time now);
   // Writes the next datagram due now; returns its length (0 = nothing due).
-  size_t poll_transmit(Time now, std::span<uint8_t> out, uint16_t& path_id);
+  // `gathered`: as QueuePair::build_packet's (null: every byte is written).
+  size_t poll_transmit(Time now, std::span<uint8_t> out, uint16_t& path_id, std::span<const uint8_t>* gathered);
   Time next_wakeup() const;
 
   void queue_nak(uint16_t path_id, const wire::Nak& nak);
@@ -219,7 +220,7 @@ class Connection {
   Time path_ready_time(const SendPath& path) const;
   Time path_wakeup_time(const SendPath& path) const;
   void after_send(Time now, SendPath& path, uint32_t bytes);
-  size_t send_data(Time now, std::span<uint8_t> out, uint16_t& path_id);
+  size_t send_data(Time now, std::span<uint8_t> out, uint16_t& path_id, std::span<const uint8_t>* gathered);
   size_t send_rewind(Time now, SendPath& path, std::span<uint8_t> out);
   size_t send_ack(Time now, std::span<uint8_t> out, uint16_t& path_id);
   bool ack_due(Time now) const;

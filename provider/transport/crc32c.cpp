@@ -11,4 +11,10 @@ uint32_t crc32c(std::span<const uint8_t> data) {
   return ~crc32_iscsi(const_cast<unsigned char*>(data.data()), static_cast<int>(data.size()), 0xFFFFFFFFu);
 }
 
+uint32_t crc32c(std::span<const uint8_t> first, std::span<const uint8_t> second) {
+  const uint32_t partial =
+      crc32_iscsi(const_cast<unsigned char*>(first.data()), static_cast<int>(first.size()), 0xFFFFFFFFu);
+  return ~crc32_iscsi(const_cast<unsigned char*>(second.data()), static_cast<int>(second.size()), partial);
+}
+
 }  // namespace metaroce::transport

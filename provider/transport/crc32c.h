@@ -14,5 +14,7 @@
 namespace metaroce::transport {
 
 uint32_t crc32c(std::span<const uint8_t> data);
+// The CRC32C of `first` followed by `second`.
+uint32_t crc32c(std::span<const uint8_t> first, std::span<const uint8_t> second);
 
 }  // namespace metaroce::transport

@@ -546,13 +546,14 @@ size_t Endpoint::seal_datagram(PeerId peer, std::span<uint8_t> buf, size_t lengt
   return frame(*p, buf, length);
 }
 
-size_t Endpoint::frame(Peer& peer, std::span<uint8_t> buf, size_t length) {
+size_t Endpoint::frame(Peer& peer, std::span<uint8_t> buf, size_t length, std::span<const uint8_t> gathered) {
   PeerSession& session = peer.session;
   const uint32_t dst_epoch = session.peer_epoch();
   const uint64_t number = session.next_packet_number(dst_epoch);
   wire::stamp_common(buf, config_.security, epoch_, dst_epoch, static_cast<uint32_t>(number));
   if (config_.security == wire::Security::Integrity) {
-    seal_integrity(buf, length);
+    if (gathered.empty()) seal_integrity(buf, length);
+    else seal_integrity(buf, length - gathered.size(), gathered);
     return length + wire::kIntegrityTrailerBytes;
   }
   TrafficKey* key = session.tx_key(epoch_, dst_epoch);
@@ -622,6 +623,7 @@ std::optional<TxDatagram> Endpoint::poll_transmit(Time now, std::span<uint8_t> b
   if (transmit_order_.empty()) return std::nullopt;
   if (buf.size() <= wire::kMaxTrailerBytes) return std::nullopt;
   const std::span<uint8_t> body = buf.first(buf.size() - wire::kMaxTrailerBytes);
+  const bool gather = config_.gather_payload && config_.security == wire::Security::Integrity;
   // Round-robin over connections in transmit order, from the one after the
   // connection served last.
   const size_t count = transmit_order_.size();
@@ -630,11 +632,14 @@ std::optional<TxDatagram> Endpoint::poll_transmit(Time now, std::span<uint8_t> b
     const TransmitSlot slot = transmit_order_[at];  // a copy: serving it may add connections
     if (++at == count) at = 0;
     uint16_t path_id = 0;
-    size_t length = slot.peer->connection->poll_transmit(now, body, path_id);
-    if (length > 0) length = frame(*slot.peer, buf, length);
+    std::span<const uint8_t> gathered;
+    size_t length = slot.peer->connection->poll_transmit(now, body, path_id, gather ? &gathered : nullptr);
+    if (length > 0) length = frame(*slot.peer, buf, length, gathered);
     if (length > 0) {
       tx_next_ = at;
-      return TxDatagram{slot.id, path_id, plane_of_path(path_id), static_cast<uint32_t>(length)};
+      const auto head =
+          static_cast<uint32_t>(gathered.empty() ? 0 : length - wire::kIntegrityTrailerBytes - gathered.size());
+      return TxDatagram{slot.id, path_id, plane_of_path(path_id), static_cast<uint32_t>(length), head, gathered};
     }
   }
   if (config_.driver_releases_completions) completions_releasable_ = !held_completions_.empty();

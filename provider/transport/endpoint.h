@@ -68,7 +68,13 @@ struct TxDatagram {
   PeerId peer = 0;
   uint16_t path_id = 0;  // the driver sends from its socket (source port) for this path
   uint16_t plane = 0;    // ... through its NIC on this plane (path_id % planes)
-  uint32_t length = 0;   // bytes written to the buffer given to poll_transmit
+  uint32_t length = 0;   // the datagram's bytes
+  // EndpointConfig::gather_payload: when not empty, the datagram is the
+  // buffer's first `head` bytes, then `payload` (application memory), then
+  // the buffer's bytes from `head` to length - payload.size() (the trailer).
+  // Otherwise the buffer holds all `length` bytes.
+  uint32_t head = 0;
+  std::span<const uint8_t> payload;
 };
 
 class Endpoint {
@@ -256,9 +262,10 @@ class Endpoint {
   void add_to_transmit_order(PeerId id, Peer& peer);
   Peer* peer_for(PeerId peer, bool create);
   Connection* connection_for(PeerId peer, bool create);
-  // Writes the trailer of the datagram the peer's connection wrote; returns
-  // the datagram's new length, 0 when it cannot be sent.
-  size_t frame(Peer& peer, std::span<uint8_t> buf, size_t length);
+  // Writes the trailer of the datagram the peer's connection wrote (its
+  // last gathered.size() bytes left in application memory, TxDatagram::
+  // payload); returns the datagram's new length, 0 when it cannot be sent.
+  size_t frame(Peer& peer, std::span<uint8_t> buf, size_t length, std::span<const uint8_t> gathered = {});
   QueuePair* find_qp(uint32_t qpn) const;
   void push_completion(uint32_t cq, const Completion& completion, bool owes_ack = false);
   // A receive WQE of QP `qpn` completed as flushed (the QP is in error).

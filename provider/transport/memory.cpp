@@ -142,4 +142,15 @@ bool gather_from_sges(std::span<const Sge> sges, uint64_t offset, std::span<uint
                    [&](uint8_t* src, uint64_t at, uint64_t n) { std::memcpy(out.data() + at, src, n); });
 }
 
+const uint8_t* sge_range(std::span<const Sge> sges, uint64_t offset, uint64_t length) {
+  for (const Sge& sge : sges) {
+    if (offset < sge.length) {
+      if (length > sge.length - offset) return nullptr;
+      return reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(sge.addr + offset));
+    }
+    offset -= sge.length;
+  }
+  return nullptr;
+}
+
 }  // namespace metaroce::transport

@@ -83,6 +83,9 @@ class MemoryRegistry {
 // into the list. Returns false (copying nothing) if the range does not fit.
 bool scatter_to_sges(std::span<const Sge> sges, uint64_t offset, std::span<const uint8_t> data);
 bool gather_from_sges(std::span<const Sge> sges, uint64_t offset, std::span<uint8_t> out);
+// The address of bytes [offset, offset + length) of the list when they lie in
+// one SGE; null when they cross SGEs or run past the end.
+const uint8_t* sge_range(std::span<const Sge> sges, uint64_t offset, uint64_t length);
 uint64_t sge_total_length(std::span<const Sge> sges);
 
 }  // namespace metaroce::transport

@@ -21,6 +21,11 @@ void seal_integrity(std::span<uint8_t> datagram, size_t length) {
   std::memcpy(datagram.data() + length, &crc, sizeof crc);
 }
 
+void seal_integrity(std::span<uint8_t> datagram, size_t head, std::span<const uint8_t> payload) {
+  const uint32_t crc = htobe32(crc32c(datagram.first(head), payload));
+  std::memcpy(datagram.data() + head, &crc, sizeof crc);
+}
+
 bool check_integrity(std::span<const uint8_t> datagram) {
   if (datagram.size() < wire::kIntegrityTrailerBytes) return false;
   const size_t length = datagram.size() - wire::kIntegrityTrailerBytes;

@@ -85,9 +85,13 @@ class QueuePair final : public QueuePairCommon {
   // Still worth sending (message alive, same attempt, not yet acknowledged)?
   bool chunk_needed(const ChunkRef& ref) const;
   // Writes the data packet for ref; returns its length or 0, and sets
-  // `payload_bytes` (when given) to the payload it carries.
+  // `payload_bytes` (when given) to the payload it carries. With `gathered`
+  // given, a payload of new data in one piece of application memory is not
+  // written: *gathered is set to it, and `out` holds the header alone
+  // (EndpointConfig::gather_payload).
   size_t build_packet(const ChunkRef& ref, wire::Origin origin, uint32_t path_seq, uint8_t flags,
-                      std::span<uint8_t> out, uint32_t* payload_bytes = nullptr) const;
+                      std::span<uint8_t> out, uint32_t* payload_bytes = nullptr,
+                      std::span<const uint8_t>* gathered = nullptr) const;
   // Returns true when the chunk was not yet acknowledged in this attempt.
   bool on_chunk_acked(Time now, const ChunkRef& ref);
   bool has_outstanding_work() const;

@@ -204,7 +204,8 @@ uint32_t QueuePair::payload_of(const OutboundMessage& m, uint32_t chunk) const {
 }
 
 size_t QueuePair::build_packet(const ChunkRef& ref, wire::Origin origin, uint32_t path_seq, uint8_t flags,
-                               std::span<uint8_t> out, uint32_t* payload_bytes) const {
+                               std::span<uint8_t> out, uint32_t* payload_bytes,
+                               std::span<const uint8_t>* gathered) const {
   const OutboundMessage* m = find_message(ref);
   if (!m) return 0;
   const uint32_t payload = payload_of(*m, ref.chunk);
@@ -228,6 +229,19 @@ size_t QueuePair::build_packet(const ChunkRef& ref, wire::Origin origin, uint32_
                         wire::is_atomic(m->opcode) ? &m->atomic : nullptr,
                         m->opcode == wire::Opcode::AtomicResponse ? &m->atomic_original : nullptr, payload);
   if (header == 0) return 0;
+  if (payload_bytes) *payload_bytes = payload;
+  // A resend copies: the memory of a resent READ response may be gone (read
+  // guarded below), and the message it belongs to may complete, and its
+  // buffer be reused, before the driver's send reads it.
+  if (gathered && payload > 0 && !m->uses_owned && !(flags & wire::kFlagRetransmit)) {
+    const uint8_t* at = m->uses_source_addr
+                            ? reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(m->source_addr + h.offset))
+                            : sge_range(sges_of(*m), h.offset, payload);
+    if (at) {
+      *gathered = {at, payload};
+      return header + payload;
+    }
+  }
   const std::span<uint8_t> body = out.subspan(header, payload);
   if (payload > 0) {
     if (m->uses_owned) {
@@ -245,7 +259,6 @@ size_t QueuePair::build_packet(const ChunkRef& ref, wire::Origin origin, uint32_
       return 0;
     }
   }
-  if (payload_bytes) *payload_bytes = payload;
   return header + payload;
 }
 

@@ -66,6 +66,8 @@ int dereg_mr(verbs_mr* vmr) {
   Context* ctx = context_of(vmr->ibv_mr.context);
   const bool ok = ctx->engine([&](transport::Endpoint& e) { return e.memory().deregister(mr->key); });
   if (!ok) return EINVAL;
+  // Sends already handed to the kernel may still read the region's memory.
+  ctx->runtime->fence_sends();
   delete mr;
   return 0;
 }

@@ -3,8 +3,10 @@
 
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <utility>
 
 namespace metaroce::io::test {
@@ -85,6 +87,11 @@ class FakeIo::Backend final : public IoBackend {
   }
 
   TxBatch& tx_batch() override {
+    {
+      // As io_uring's: the kernel is done with the batch before it is reused.
+      std::lock_guard<std::mutex> lock(io_.mutex_);
+      submit_locked(true);
+    }
     batch_.clear();
     return batch_;
   }
@@ -94,11 +101,10 @@ class FakeIo::Backend final : public IoBackend {
   void send(TxBatch& batch) override {
     std::lock_guard<std::mutex> lock(io_.mutex_);
     for (size_t i = 0; i < batch.message_count(); ++i) {
+      // Where its bytes are: they are read when the kernel takes the send.
       const msghdr& h = batch.messages()[i].msg_hdr;
-      for (size_t v = 0; v < h.msg_iovlen; ++v) {
-        const auto* base = static_cast<const uint8_t*>(h.msg_iov[v].iov_base);
-        queued_.emplace_back(base, base + h.msg_iov[v].iov_len);
-      }
+      std::vector<uint8_t> bytes;
+      queued_.push_back({std::vector<iovec>(h.msg_iov, h.msg_iov + h.msg_iovlen), batch.info(i).segment_bytes});
     }
     if (config_.sends_unsent) config_.sends_unsent->store(!queued_.empty());
   }
@@ -110,7 +116,7 @@ class FakeIo::Backend final : public IoBackend {
 
   void drain_sends(transport::Time) override {
     std::lock_guard<std::mutex> lock(io_.mutex_);
-    submit_locked();
+    submit_locked(true);
     io_.drained_ = true;
     io_.stopped_when_drained_ = config_.stop->load();
   }
@@ -118,11 +124,28 @@ class FakeIo::Backend final : public IoBackend {
   void set_path_fds(std::vector<int> fds) override { config_.path_fds = std::move(fds); }
 
  private:
-  void submit_locked() {
-    if (queued_.empty()) return;
+  struct Queued {
+    std::vector<iovec> iovecs;
+    uint32_t segment_bytes;
+  };
+  // The kernel takes the queued sends: reads their bytes and cuts each
+  // message into its segments. Not while the test holds submissions, unless
+  // `force` (a drain, or the batch about to be reused).
+  void submit_locked(bool force = false) {
+    if (queued_.empty() || (io_.hold_submissions_ && !force)) return;
     ++counters_.send_syscalls;
-    counters_.datagrams_sent += queued_.size();
-    for (std::vector<uint8_t>& datagram : queued_) io_.sent_.push_back(std::move(datagram));
+    for (const Queued& q : queued_) {
+      std::vector<uint8_t> bytes;
+      for (const iovec& v : q.iovecs) {
+        const auto* base = static_cast<const uint8_t*>(v.iov_base);
+        bytes.insert(bytes.end(), base, base + v.iov_len);
+      }
+      for (size_t at = 0; at < bytes.size(); at += q.segment_bytes) {
+        io_.sent_.emplace_back(bytes.begin() + at,
+                               bytes.begin() + std::min<size_t>(at + q.segment_bytes, bytes.size()));
+        ++counters_.datagrams_sent;
+      }
+    }
     queued_.clear();
     if (config_.sends_unsent) config_.sends_unsent->store(false);
   }
@@ -130,8 +153,8 @@ class FakeIo::Backend final : public IoBackend {
   BackendConfig config_;
   FakeIo& io_;
   TxBatch batch_;
-  std::vector<std::vector<uint8_t>> queued_;  // sent but not yet submitted
-  std::vector<Received> held_;                // what messages_ point into, until release_received()
+  std::vector<Queued> queued_;  // sent but not yet submitted
+  std::vector<Received> held_;  // what messages_ point into, until release_received()
   std::vector<RxMessage> messages_;
 };
 
@@ -190,6 +213,11 @@ uint64_t FakeIo::kicks() const {
 std::vector<std::vector<uint8_t>> FakeIo::sent() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return sent_;
+}
+
+void FakeIo::hold_submissions(bool hold) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  hold_submissions_ = hold;
 }
 
 bool FakeIo::drained() const {

@@ -55,6 +55,9 @@ class FakeIo {
   // Datagrams handed to the kernel (send() queues them, as io_uring does,
   // until the next wait(), submit_sends() or drain_sends()), in order.
   std::vector<std::vector<uint8_t>> sent() const;
+  // While held, wait() and submit_sends() leave queued sends queued: the
+  // kernel reads them only at drain_sends() or when their batch is reused.
+  void hold_submissions(bool hold);
   // drain_sends() ran, and whether the runtime's stop flag was set then.
   bool drained() const;
   bool stopped_when_drained() const;
@@ -79,6 +82,7 @@ class FakeIo {
   bool asleep_ = false;
   uint64_t deadline_ = 0;
   std::vector<std::vector<uint8_t>> sent_;
+  bool hold_submissions_ = false;
   bool drained_ = false;
   bool stopped_when_drained_ = false;
   bool destroyed_ = false;

@@ -230,6 +230,55 @@ TEST(IoRuntimeLoop, AReceiveCompletesOnlyOnceItsAckIsWithTheKernel) {
   rig.runtime.reset();  // before the buffers go
 }
 
+TEST(IoRuntimeLoop, FenceSendsReturnsOnlyOnceTheKernelHasReadThePayloadsItWasHanded) {
+  // The runtime's engine leaves a WRITE's payload in application memory
+  // (EndpointConfig::gather_payload) and the kernel reads it when it takes
+  // the send, after the engine lock is released. An MR's deregistration
+  // (verbs' dereg_mr) calls fence_sends(); once it returns, the application
+  // may free or reuse the memory.
+  Rig rig;
+  ASSERT_NE(rig.runtime, nullptr);
+  EXPECT_EQ(rig.next_sleep(), transport::kNever);
+  rig.io.hold_submissions(true);
+  const uint32_t mtu = rig.runtime->with_engine([](Endpoint& e, Time) { return e.config().mtu; });
+  std::vector<uint8_t> buffer(3 * mtu - 100, 0x5c);
+  const transport::PeerId peer = rig.runtime->peer_for(loopback(9));
+  const uint32_t key = rig.runtime->with_engine([&](Endpoint& e, Time) {
+    const uint32_t cq = e.create_cq(16);
+    const uint32_t qp = e.create_qp(1, cq, cq, qp_config());
+    const auto k = e.memory().register_region(1, reinterpret_cast<uintptr_t>(buffer.data()), buffer.size(),
+                                              transport::kAccessLocalWrite);
+    EXPECT_TRUE(k.has_value());
+    EXPECT_EQ(e.connect_qp(qp, peer, 1, qp_config()), transport::PostResult::Ok);
+    transport::SendWr wr;
+    wr.opcode = transport::WrOpcode::RdmaWrite;
+    wr.num_sge = 1;
+    wr.sg[0] = {reinterpret_cast<uintptr_t>(buffer.data()), static_cast<uint32_t>(buffer.size()), k.value_or(0)};
+    wr.remote_addr = 0x1000;
+    wr.rkey = 1;
+    EXPECT_EQ(e.post_send(qp, wr), transport::PostResult::Ok);
+    return k.value_or(0);
+  });
+  rig.next_sleep();  // the loop filled a batch; its sends wait for the kernel
+  ASSERT_TRUE(rig.io.sent().empty());
+
+  ASSERT_TRUE(rig.runtime->with_engine([&](Endpoint& e, Time) { return e.memory().deregister(key); }));
+  rig.runtime->fence_sends();
+  std::fill(buffer.begin(), buffer.end(), 0xee);  // the application reuses the memory
+
+  size_t data = 0;
+  for (const std::vector<uint8_t>& d : rig.io.sent()) {
+    if (wire::peek_type(d) != wire::PacketType::Data) continue;
+    ++data;
+    EXPECT_TRUE(transport::check_integrity(d)) << "datagram " << data << " was read after the fence";
+    // Its payload as it was (the shortest chunk is the last, mtu - 100 bytes).
+    EXPECT_NE(std::search_n(d.begin(), d.end(), mtu - 100, uint8_t{0x5c}), d.end());
+  }
+  EXPECT_GE(data, 1u) << "fence_sends() returned with the WRITE's datagrams still queued";
+  rig.io.hold_submissions(false);
+  rig.runtime.reset();  // before the buffer goes
+}
+
 TEST(IoRuntimeLoop, BusyPollingPollsWithoutSleepingAfterWorkThenSleeps) {
   constexpr Time kBusyPollNs = 50'000;
   Rig rig(kBusyPollNs);

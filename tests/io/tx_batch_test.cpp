@@ -7,6 +7,7 @@
 #include <netinet/udp.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -34,7 +35,9 @@ struct Message {
   uint16_t gso_size;  // 0 without a UDP_SEGMENT control message
   uint16_t port;
   std::vector<uint8_t> first_bytes;  // first byte of each datagram
-  std::vector<size_t> lengths;
+  std::vector<size_t> lengths;       // of each datagram
+  std::vector<iovec> iovecs;
+  std::vector<uint8_t> bytes;  // what the kernel reads: the iovecs in order
 };
 
 class TxBatchTest : public testing::Test {
@@ -51,7 +54,18 @@ class TxBatchTest : public testing::Test {
     std::span<uint8_t> slot = batch_.next_slot();
     ASSERT_GE(slot.size(), length);
     std::memset(slot.data(), tag, length);
-    batch_.commit(peer, path, length);
+    batch_.commit({peer, path, 0, length});
+  }
+
+  // A datagram of `head` bytes of `tag`, then `payload` where it is, then 4
+  // trailer bytes of `tag` + 1.
+  void add_gathered(transport::PeerId peer, uint16_t path, uint32_t head, std::span<const uint8_t> payload,
+                    uint8_t tag) {
+    ASSERT_FALSE(batch_.full());
+    std::span<uint8_t> slot = batch_.next_slot();
+    std::memset(slot.data(), tag, head);
+    std::memset(slot.data() + head, tag + 1, 4);
+    batch_.commit({peer, path, 0, static_cast<uint32_t>(head + payload.size() + 4), head, payload});
   }
 
   // `sockets` default sockets; `total` sockets in all (0: only the defaults).
@@ -65,18 +79,26 @@ class TxBatchTest : public testing::Test {
       Message m{};
       m.socket = batch_.info(i).socket;
       m.segments = batch_.info(i).segments;
-      EXPECT_EQ(h.msg_iovlen, m.segments);
       if (h.msg_controllen > 0) {
         const cmsghdr* c = CMSG_FIRSTHDR(&h);
         EXPECT_EQ(c->cmsg_level, SOL_UDP);
         EXPECT_EQ(c->cmsg_type, UDP_SEGMENT);
         std::memcpy(&m.gso_size, CMSG_DATA(c), sizeof m.gso_size);
+        EXPECT_EQ(m.gso_size, batch_.info(i).segment_bytes);
       }
       m.port = ntohs(reinterpret_cast<const sockaddr_in*>(h.msg_name)->sin_port);
       for (size_t k = 0; k < h.msg_iovlen; ++k) {
-        m.first_bytes.push_back(*static_cast<const uint8_t*>(h.msg_iov[k].iov_base));
-        m.lengths.push_back(h.msg_iov[k].iov_len);
+        m.iovecs.push_back(h.msg_iov[k]);
+        const auto* base = static_cast<const uint8_t*>(h.msg_iov[k].iov_base);
+        m.bytes.insert(m.bytes.end(), base, base + h.msg_iov[k].iov_len);
       }
+      // The kernel cuts the bytes into segments of segment_bytes.
+      const size_t step = batch_.info(i).segment_bytes;
+      for (size_t at = 0; at < m.bytes.size(); at += step) {
+        m.first_bytes.push_back(m.bytes[at]);
+        m.lengths.push_back(std::min(step, m.bytes.size() - at));
+      }
+      EXPECT_EQ(m.lengths.size(), m.segments);
       out.push_back(m);
     }
     return out;
@@ -305,6 +327,33 @@ TEST(PeerTableTest, PlanesMapOnePeerToOneAddressPerPlane) {
   sockaddr_storage first{};
   ASSERT_TRUE(table.destination_of(peer, first));
   EXPECT_EQ(ip_of(&first), "10.77.11.2");
+}
+
+TEST_F(TxBatchTest, AGatheredPayloadIsSentFromWhereItIsBetweenItsHeaderAndTrailer) {
+  std::vector<uint8_t> memory(3000);
+  for (size_t i = 0; i < memory.size(); ++i) memory[i] = static_cast<uint8_t>(i);
+  const std::span<const uint8_t> first(memory.data(), 1000), second(memory.data() + 1000, 1000);
+  add_gathered(peer_a_, 0, 60, first, 10);
+  add(peer_a_, 0, 1064, 20);  // a copied one of the same size joins the run
+  add_gathered(peer_a_, 0, 60, second, 30);
+  const auto m = build(4, true);
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0].segments, 3);
+  EXPECT_EQ(m[0].gso_size, 1064);
+  ASSERT_EQ(m[0].iovecs.size(), 7u);
+  EXPECT_EQ(m[0].iovecs[1].iov_base, first.data());  // not copied
+  EXPECT_EQ(m[0].iovecs[1].iov_len, 1000u);
+  EXPECT_EQ(m[0].iovecs[5].iov_base, second.data());
+  std::vector<uint8_t> expected;
+  auto append = [&](uint8_t tag, std::span<const uint8_t> payload) {
+    expected.insert(expected.end(), 60, tag);
+    expected.insert(expected.end(), payload.begin(), payload.end());
+    expected.insert(expected.end(), 4, static_cast<uint8_t>(tag + 1));
+  };
+  append(10, first);
+  expected.insert(expected.end(), 1064, 20);
+  append(30, second);
+  EXPECT_EQ(m[0].bytes, expected);
 }
 
 }  // namespace
