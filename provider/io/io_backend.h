@@ -40,6 +40,11 @@ struct BackendConfig {
   uint32_t tx_capacity = 256;  // datagrams per batch
   uint32_t tx_slot_bytes = 0;  // >= the engine's max_datagram_bytes()
   bool gso = false;            // UDP_SEGMENT usable
+  // io_uring: a message TxBatch::build made for it (MessageInfo::zerocopy)
+  // is sent with IORING_OP_SENDMSG_ZC where the kernel has it: the kernel
+  // pins the pages and the NIC reads them, without a copy. Every other
+  // message, and every message of the sendmmsg backend, the kernel copies.
+  bool zerocopy = false;
   const std::atomic<bool>* stop = nullptr;
   const Clock* clock = nullptr;  // the runtime's: deadlines are on its timeline
   // Set by the runtime when it has a batch for send(); the backend clears it
@@ -60,6 +65,7 @@ struct BackendCounters {
   uint64_t oversize_drops = 0;
   uint64_t gso_sends = 0;         // messages carrying more than one datagram
   uint64_t receive_restarts = 0;  // io_uring: the multishot receive ended and was armed again
+  uint64_t zerocopy_sends = 0;    // io_uring: messages sent with SENDMSG_ZC
 };
 
 class IoBackend {
@@ -73,6 +79,8 @@ class IoBackend {
   // False after the kernel refused a UDP_SEGMENT send (e.g. gso_size above the
   // device MTU): later batches go out one datagram per message.
   bool gso() const { return gso_; }
+  // BackendConfig::zerocopy, and the kernel sends that way (until it refuses).
+  bool zerocopy() const { return zerocopy_; }
 
   // Hands the kernel any queued sends, then sleeps until a datagram arrives,
   // a kick, or `deadline` (config.clock's ns; kNever: no timeout). Does not
@@ -107,6 +115,7 @@ class IoBackend {
 
  protected:
   bool gso_;
+  bool zerocopy_ = false;
   bool kicked_ = false;
   BackendCounters counters_;
 };

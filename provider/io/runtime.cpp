@@ -550,6 +550,7 @@ void RuntimeImpl::run(std::promise<std::string>& started) {
   config.tx_capacity = 256;
   config.tx_slot_bytes = static_cast<uint32_t>(max_datagram_);
   config.gso = gso_;
+  config.zerocopy = options_.zerocopy;
   config.stop = &stop_;
   config.clock = &clock_of(options_);
   config.sends_unsent = &sends_unsent_;
@@ -651,7 +652,7 @@ void RuntimeImpl::progress_loop(IoBackend& io) {
 
 void RuntimeImpl::send(IoBackend& io, TxBatch& batch) {
   if (batch.size() == 0) return;
-  batch.build(view_, path_count_, socket_count_, io.gso(), counters_.unroutable);
+  batch.build(view_, path_count_, socket_count_, io.gso(), io.zerocopy(), counters_.unroutable);
   io.send(batch);
 }
 
@@ -710,7 +711,7 @@ void RuntimeImpl::transmit_inline() {
 void RuntimeImpl::send_inline(TxBatch& batch) {
   InlineSender& s = *inline_;
   uint64_t unroutable = 0;
-  batch.build(s.view, path_count_, static_cast<uint16_t>(s.fds.size()), s.gso, unroutable);
+  batch.build(s.view, path_count_, static_cast<uint16_t>(s.fds.size()), s.gso, false, unroutable);
   SyncSendOptions send_options;
   send_options.buffer_full_waits = kInlineBufferWaits;
   send_options.stop = &stop_;
@@ -805,6 +806,7 @@ void RuntimeImpl::publish(const IoBackend& io) {
   log_oversize_once(b.oversize_drops);
   shared_.gso_sends.store(b.gso_sends, relaxed);
   shared_.receive_restarts.store(b.receive_restarts, relaxed);
+  shared_.zerocopy_sends.store(b.zerocopy_sends, relaxed);
   shared_.datagrams_received.store(counters_.datagrams_received, relaxed);
   shared_.test_drops.store(counters_.test_drops, relaxed);
   shared_.unknown_sender_drops.store(counters_.unknown_sender_drops, relaxed);

@@ -83,6 +83,10 @@ struct RuntimeOptions {
   // still sleeps once the time has passed.
   transport::Time busy_poll_ns = 0;
   bool use_gso = true;  // UDP_SEGMENT on send where supported
+  // Large payloads leave without a copy (BackendConfig::zerocopy). Pays off
+  // only where a NIC reads the pinned pages: over loopback and veth the
+  // kernel copies each one anyway when it delivers it.
+  bool zerocopy = false;
   bool use_gro = true;  // UDP_GRO on receive where supported
   // Test hook: drop each received datagram with this probability before the
   // engine sees it (there is no netem here). Deterministic from test_seed.

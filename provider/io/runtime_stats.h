@@ -27,7 +27,8 @@ namespace metaroce::io {
   X(truncated_drops, "datagrams", "larger than the receive buffer (never the engine's)")                            \
   X(oversize_drops, "datagrams", "refused as larger than the path MTU, never fragmented (also in send_errors)")     \
   X(inline_datagrams, "datagrams", "sent by the thread that posted them (inline_transmit; also in datagrams_sent)") \
-  X(receive_restarts, "events", "io_uring: the multishot receive ended (-ENOBUFS) and was armed again")
+  X(receive_restarts, "events", "io_uring: the multishot receive ended (-ENOBUFS) and was armed again")             \
+  X(zerocopy_sends, "messages", "io_uring: sends the kernel took from application memory without copying")
 
 struct RuntimeStats {
   bool io_uring = false;  // false: the sendmmsg/recvmmsg fallback is in use

@@ -29,8 +29,24 @@ void TxBatch::add_iovecs(uint32_t index, size_t& iov) {
   iovecs_[iov++] = {slot(index) + e.head, e.length - e.head - e.payload_length};
 }
 
+namespace {
+
+uint32_t pages_spanned(const void* start, size_t bytes) {
+  if (bytes == 0) return 0;
+  const auto first = reinterpret_cast<uintptr_t>(start);
+  return static_cast<uint32_t>((first + bytes - 1) / 4096 - first / 4096 + 1);
+}
+
+}  // namespace
+
+uint32_t TxBatch::pages_of(uint32_t index) {
+  const Entry& e = entries_[index];
+  return pages_spanned(slot(index), e.head) + pages_spanned(e.payload, e.payload_length) +
+         pages_spanned(slot(index) + e.head, e.length - e.head - e.payload_length);
+}
+
 void TxBatch::build(const PeerTable::View& peers, uint16_t default_sockets, uint16_t socket_count, bool gso,
-                    uint64_t& unroutable) {
+                    bool zerocopy, uint64_t& unroutable) {
   message_count_ = 0;
   const size_t n = count_;
   if (n == 0) return;
@@ -64,12 +80,20 @@ void TxBatch::build(const PeerTable::View& peers, uint16_t default_sockets, uint
     add_iovecs(head_index, iov);
     uint32_t segments = 1;
     uint32_t bytes = head.length;
+    const bool copyless = zerocopy && head.payload_length >= kZeroCopyMinPayload;
+    uint32_t pages = copyless ? pages_of(head_index) : 0;
     size_t j = k + 1;
     if (gso) {
       while (j < n) {
         const Entry& e = entries_[order_[j]];
         if (e.socket != socket || e.peer != head.peer || e.length > head.length) break;
         if (segments == kMaxGsoSegments || bytes + e.length > kMaxGsoBytes) break;
+        if (copyless) {
+          if (e.payload_length < kZeroCopyMinPayload) break;
+          const uint32_t more = pages_of(order_[j]);
+          if (pages + more > kMaxZeroCopyFrags) break;
+          pages += more;
+        }
         add_iovecs(order_[j], iov);
         ++segments;
         bytes += e.length;
@@ -93,7 +117,7 @@ void TxBatch::build(const PeerTable::View& peers, uint16_t default_sockets, uint
     }
     h.msg_flags = 0;
     messages_[m].msg_len = 0;
-    info_[m] = {socket, static_cast<uint16_t>(segments), head.length};
+    info_[m] = {socket, static_cast<uint16_t>(segments), head.length, copyless};
     k = j;
   }
 }

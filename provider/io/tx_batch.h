@@ -12,7 +12,13 @@
 //    one whose payload stays in application memory; no copy); a
 //    shorter datagram may close a run as its last segment; a run stops at
 //    kMaxGsoSegments segments or kMaxGsoBytes bytes;
-//  - anything else (another peer, a larger datagram) starts a new message.
+//  - anything else (another peer, a larger datagram) starts a new message;
+//  - for a zero-copy backend, a run of datagrams whose payloads of at least
+//    kZeroCopyMinPayload bytes stay in application memory becomes a
+//    zero-copy message, and stops before it needs more than
+//    kMaxZeroCopyFrags pages: the kernel maps each page a zero-copy send
+//    reads into one fragment of one buffer, and refuses a send that needs
+//    more (EMSGSIZE). Smaller payloads go in copied runs of the full size.
 #pragma once
 
 #include <sys/socket.h>
@@ -30,12 +36,21 @@
 
 namespace metaroce::io {
 
+// Zero-copy sends (BackendConfig::zerocopy): the least payload per datagram
+// (below it a run of kMaxZeroCopyFrags pages carries so little that pinning
+// and unpinning them and the extra notification cost more than the copy;
+// the kernel's MSG_ZEROCOPY notes put the break-even near 10 KB a send),
+// and the pages one send may span (the kernel's MAX_SKB_FRAGS).
+inline constexpr uint32_t kZeroCopyMinPayload = 4096;
+inline constexpr uint32_t kMaxZeroCopyFrags = 17;
+
 class TxBatch {
  public:
   struct MessageInfo {
     uint16_t socket = 0;         // path socket index
     uint16_t segments = 0;       // datagrams in the message
     uint32_t segment_bytes = 0;  // the length of each but the last
+    bool zerocopy = false;       // to be sent without a copy (see the rules above)
   };
 
   // `capacity` datagrams of at most `slot_bytes` each.
@@ -62,7 +77,7 @@ class TxBatch {
   // is peers.socket(peer, path, default_sockets), below `socket_count`.
   // Datagrams for a peer without a usable destination are left out and
   // counted in `unroutable`.
-  void build(const PeerTable::View& peers, uint16_t default_sockets, uint16_t socket_count, bool gso,
+  void build(const PeerTable::View& peers, uint16_t default_sockets, uint16_t socket_count, bool gso, bool zerocopy,
              uint64_t& unroutable);
 
   size_t message_count() const { return message_count_; }
@@ -85,6 +100,8 @@ class TxBatch {
   };
   // Appends the iovecs of datagram `index` at iovecs_[iov].
   void add_iovecs(uint32_t index, size_t& iov);
+  // The pages a zero-copy send of datagram `index` reads.
+  uint32_t pages_of(uint32_t index);
   struct alignas(8) Control {
     uint8_t bytes[kTxControlBytes];
   };

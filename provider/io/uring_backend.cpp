@@ -10,7 +10,10 @@
 //  - sends as sendmsg requests, a batch's worth queued and submitted with the
 //    next wait: one io_uring_enter per progress iteration carries every send
 //    and collects every completion; several batch arenas rotate so that a
-//    batch the kernel still reads is never overwritten;
+//    batch the kernel still reads is never overwritten. With
+//    BackendConfig::zerocopy, a message with enough payload in application
+//    memory is a sendmsg_zc request, whose arena stays busy until the
+//    kernel's notification that it let go of the pages;
 //  - a posted read on the kick eventfd, and one on the timerfd;
 //  - sleeping in io_uring_submit_and_wait_timeout (no timeout request).
 // The ring is set up with DEFER_TASKRUN + SINGLE_ISSUER where the kernel has
@@ -37,6 +40,7 @@ constexpr uint64_t kTagKick = 3;
 constexpr uint64_t kTagCancel = 4;
 constexpr uint64_t kTagRxMultishot = 5;
 constexpr uint64_t kTagTimer = 6;
+constexpr uint64_t kTagTxZeroCopy = 7;
 constexpr size_t kArenas = 4;
 constexpr uint32_t kPostedReceives = 16;
 constexpr uint16_t kBufferGroup = 0;
@@ -113,6 +117,7 @@ class UringBackend final : public IoBackend {
     const bool ops = probe != nullptr && io_uring_opcode_supported(probe, IORING_OP_SENDMSG) &&
                      io_uring_opcode_supported(probe, IORING_OP_RECVMSG) &&
                      io_uring_opcode_supported(probe, IORING_OP_READ);
+    zerocopy_ = config_.zerocopy && ops && io_uring_opcode_supported(probe, IORING_OP_SENDMSG_ZC);
     if (probe) io_uring_free_probe(probe);
     if (!ops) {
       reason = "io_uring lacks SENDMSG/RECVMSG/READ";
@@ -241,13 +246,13 @@ class UringBackend final : public IoBackend {
     for (size_t i = 0; i < batch.message_count(); ++i) {
       io_uring_sqe* sqe = get_sqe();
       const uint16_t socket = batch.info(i).socket;
-      if (socket < registered_paths_) {
-        io_uring_prep_sendmsg(sqe, static_cast<int>(2 + socket), &messages[i].msg_hdr, 0);
-        sqe->flags |= IOSQE_FIXED_FILE;
-      } else {
-        io_uring_prep_sendmsg(sqe, config_.path_fds[socket], &messages[i].msg_hdr, 0);
-      }
-      io_uring_sqe_set_data64(sqe, user_data(kTagTx, arena, i));
+      const bool fixed = socket < registered_paths_;
+      const int fd = fixed ? static_cast<int>(2 + socket) : config_.path_fds[socket];
+      const bool zerocopy = zerocopy_ && batch.info(i).zerocopy;
+      if (zerocopy) io_uring_prep_sendmsg_zc(sqe, fd, &messages[i].msg_hdr, 0);
+      else io_uring_prep_sendmsg(sqe, fd, &messages[i].msg_hdr, 0);
+      if (fixed) sqe->flags |= IOSQE_FIXED_FILE;
+      io_uring_sqe_set_data64(sqe, user_data(zerocopy ? kTagTxZeroCopy : kTagTx, arena, i));
       ++batch.inflight;
       ++pending_sends_;
     }
@@ -434,17 +439,28 @@ class UringBackend final : public IoBackend {
         if (result >= 0) messages_.push_back(rx_->message(slot, static_cast<uint32_t>(result)));
         return;
       }
-      case kTagTx: {
+      case kTagTx:
+      case kTagTxZeroCopy: {
         TxBatch& batch = *arenas_[arena_of(data)];
-        if (batch.inflight > 0) --batch.inflight;
+        // A zero-copy send completes twice: with its result (F_MORE set when
+        // a notification follows), then with the notification that the
+        // kernel has let go of the pages. The arena is busy until the last.
+        if (flags & IORING_CQE_F_NOTIF) {
+          if (batch.inflight > 0) --batch.inflight;
+          return;
+        }
+        if (!(flags & IORING_CQE_F_MORE) && batch.inflight > 0) --batch.inflight;
         const TxBatch::MessageInfo& info = batch.info(index_of(data));
         if (result >= 0) {
           counters_.datagrams_sent += info.segments;
           if (info.segments > 1) ++counters_.gso_sends;
+          if (tag_of(data) == kTagTxZeroCopy) ++counters_.zerocopy_sends;
         } else {
           counters_.send_errors += info.segments;
           if (result == -EMSGSIZE) counters_.oversize_drops += info.segments;
-          if (info.segments > 1 && (result == -EIO || result == -EINVAL)) gso_ = false;
+          // A socket or kernel that refuses zero-copy: copy from now on.
+          if (tag_of(data) == kTagTxZeroCopy && (result == -EOPNOTSUPP || result == -EINVAL)) zerocopy_ = false;
+          else if (info.segments > 1 && (result == -EIO || result == -EINVAL)) gso_ = false;
         }
         return;
       }

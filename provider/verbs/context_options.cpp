@@ -58,6 +58,12 @@ bool options_from_env(Options& o) {
   }
   if (const char* s = std::getenv("METAROCE_IO_URING")) o.io_uring = std::strcmp(s, "0") != 0;
   if (const char* s = std::getenv("METAROCE_INLINE_TRANSMIT")) o.inline_transmit = std::strcmp(s, "0") != 0;
+  if (const char* s = std::getenv("METAROCE_ZEROCOPY")) {
+    if (strcasecmp(s, "auto") == 0) o.zerocopy = ZeroCopy::Auto;
+    else if (std::strcmp(s, "0") == 0) o.zerocopy = ZeroCopy::Off;
+    else if (std::strcmp(s, "1") == 0) o.zerocopy = ZeroCopy::On;
+    else return bad_env("METAROCE_ZEROCOPY", s);
+  }
   if (const char* s = std::getenv("METAROCE_BUSY_POLL_US")) {
     if (!parse_unsigned(s, 0, ctl::kMaxBusyPollUs, v)) return bad_env("METAROCE_BUSY_POLL_US", s);
     o.busy_poll_ns = v * 1000;

@@ -11,6 +11,13 @@
 
 namespace metaroce::verbs {
 
+// METAROCE_ZEROCOPY (RuntimeOptions::zerocopy).
+enum class ZeroCopy : uint8_t {
+  Auto,  // on when every plane's netdev is a NIC (a device behind it in sysfs)
+  Off,
+  On,
+};
+
 struct Options {
   uint16_t paths = 4;
   bool paths_explicit = false;  // set by METAROCE_PATHS or the dv options, else metaroced's choice
@@ -23,7 +30,8 @@ struct Options {
   // reserves that one rather than lease another.
   bool home_port_from_kernel = false;
   bool io_uring = true;
-  bool inline_transmit = true;      // RuntimeOptions::inline_transmit
+  bool inline_transmit = true;  // RuntimeOptions::inline_transmit
+  ZeroCopy zerocopy = ZeroCopy::Auto;
   uint64_t busy_poll_ns = 0;        // RuntimeOptions::busy_poll_ns
   bool busy_poll_explicit = false;  // set by METAROCE_BUSY_POLL_US, else metaroced's [devices.NAME]
   // The engine's defaults suit a datacenter NIC (8 us RTT). Over kernel

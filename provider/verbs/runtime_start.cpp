@@ -3,6 +3,7 @@
 
 #include <net/if.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,6 +51,20 @@ uint64_t netdev_speed_bps(uint32_t ifindex) {
   const bool ok = std::fscanf(f, "%ld", &mbps) == 1;  // reading fails with EINVAL when unknown
   std::fclose(f);
   return ok && mbps > 0 ? uint64_t(mbps) * 1'000'000 : 0;
+}
+
+// A NIC has a device behind it in sysfs; loopback, veth, bridges and tunnels
+// do not, and the kernel copies what they carry when it delivers it.
+bool netdev_is_nic(uint32_t ifindex) {
+  char name[IF_NAMESIZE] = {};
+  if (ifindex == 0 || !if_indextoname(ifindex, name)) return false;
+  struct stat st;
+  return ::stat((std::string("/sys/class/net/") + name + "/device").c_str(), &st) == 0;
+}
+
+bool use_zerocopy(const std::vector<Device::Plane>& planes, ZeroCopy setting) {
+  if (setting != ZeroCopy::Auto) return setting == ZeroCopy::On;
+  return std::all_of(planes.begin(), planes.end(), [](const Device::Plane& p) { return netdev_is_nic(p.ifindex); });
 }
 
 // `paths` rounded up to a multiple of `planes` (so that every plane gets as
@@ -206,6 +221,7 @@ std::unique_ptr<io::Runtime> start_runtime(const Device& device, Options& o, std
   ro.local_address = device.address_text;
   ro.allow_io_uring = o.io_uring;
   ro.inline_transmit = o.inline_transmit;
+  ro.zerocopy = use_zerocopy(planes, o.zerocopy);
   ro.busy_poll_ns = o.busy_poll_ns;
   ro.test_drop_probability = o.test_loss;
   ro.endpoint.profile = o.profile;

@@ -38,7 +38,19 @@ struct Message {
   std::vector<size_t> lengths;       // of each datagram
   std::vector<iovec> iovecs;
   std::vector<uint8_t> bytes;  // what the kernel reads: the iovecs in order
+  bool zerocopy = false;
 };
+
+// The pages the iovecs touch, each counted once per iovec (the kernel's
+// fragments of a zero-copy send).
+uint32_t pages_read(const std::vector<iovec>& iovecs) {
+  uint32_t pages = 0;
+  for (const iovec& v : iovecs) {
+    const auto first = reinterpret_cast<uintptr_t>(v.iov_base);
+    if (v.iov_len > 0) pages += static_cast<uint32_t>((first + v.iov_len - 1) / 4096 - first / 4096 + 1);
+  }
+  return pages;
+}
 
 class TxBatchTest : public testing::Test {
  protected:
@@ -69,9 +81,10 @@ class TxBatchTest : public testing::Test {
   }
 
   // `sockets` default sockets; `total` sockets in all (0: only the defaults).
-  std::vector<Message> build(uint16_t sockets, bool gso, uint64_t* unroutable = nullptr, uint16_t total = 0) {
+  std::vector<Message> build(uint16_t sockets, bool gso, uint64_t* unroutable = nullptr, uint16_t total = 0,
+                             bool zerocopy = false) {
     uint64_t dropped = 0;
-    batch_.build(view_, sockets, total ? total : sockets, gso, dropped);
+    batch_.build(view_, sockets, total ? total : sockets, gso, zerocopy, dropped);
     if (unroutable) *unroutable = dropped;
     std::vector<Message> out;
     for (size_t i = 0; i < batch_.message_count(); ++i) {
@@ -79,6 +92,7 @@ class TxBatchTest : public testing::Test {
       Message m{};
       m.socket = batch_.info(i).socket;
       m.segments = batch_.info(i).segments;
+      m.zerocopy = batch_.info(i).zerocopy;
       if (h.msg_controllen > 0) {
         const cmsghdr* c = CMSG_FIRSTHDR(&h);
         EXPECT_EQ(c->cmsg_level, SOL_UDP);
@@ -354,6 +368,39 @@ TEST_F(TxBatchTest, AGatheredPayloadIsSentFromWhereItIsBetweenItsHeaderAndTraile
   expected.insert(expected.end(), 1064, 20);
   append(30, second);
   EXPECT_EQ(m[0].bytes, expected);
+}
+
+TEST_F(TxBatchTest, ZeroCopyRunsOfLargePayloadsStayWithinTheKernelsFragmentsAndSmallOnesAreCopied) {
+  // Payloads of 4096 bytes that start mid-page (two pages each), then
+  // payloads of 1400: only the first are sent without a copy.
+  std::vector<uint8_t> memory(40 * 4096);
+  for (size_t i = 0; i < 12; ++i)
+    add_gathered(peer_a_, 0, 60, std::span<const uint8_t>(memory.data() + 100 + i * 4096, 4096), 1);
+  for (size_t i = 0; i < 12; ++i)
+    add_gathered(peer_a_, 0, 60, std::span<const uint8_t>(memory.data() + 100 + i * 1400, 1400), 2);
+  const auto m = build(4, true, nullptr, 0, true);
+  size_t copyless = 0, copied = 0;
+  for (const Message& message : m) {
+    if (message.zerocopy) {
+      copyless += message.segments;
+      EXPECT_GE(message.segments, 2);
+      EXPECT_LE(pages_read(message.iovecs), kMaxZeroCopyFrags);
+      EXPECT_EQ(message.lengths.front(), 60u + 4096 + 4);
+    } else {
+      copied += message.segments;
+      EXPECT_EQ(message.lengths.front(), 60u + 1400 + 4);
+    }
+  }
+  EXPECT_EQ(copyless, 12u);
+  EXPECT_EQ(copied, 12u);
+  // One copied run: the fragment limit is a zero-copy send's alone.
+  EXPECT_EQ(std::count_if(m.begin(), m.end(), [](const Message& x) { return !x.zerocopy; }), 1);
+  // Without a zero-copy backend the large ones form one GSO run, which the
+  // first short one closes.
+  const auto plain = build(4, true);
+  ASSERT_EQ(plain.size(), 2u);
+  EXPECT_FALSE(plain[0].zerocopy);
+  EXPECT_EQ(plain[0].segments, 13);
 }
 
 }  // namespace
