@@ -455,12 +455,16 @@ class UringBackend final : public IoBackend {
           counters_.datagrams_sent += info.segments;
           if (info.segments > 1) ++counters_.gso_sends;
           if (tag_of(data) == kTagTxZeroCopy) ++counters_.zerocopy_sends;
+        } else if (tag_of(data) == kTagTxZeroCopy &&
+                   (result == -EOPNOTSUPP || result == -EINVAL || result == -EMSGSIZE)) {
+          // A socket or kernel that refuses zero-copy, or fewer fragments a
+          // send than TxBatch assumes: copy from now on (the engine resends).
+          counters_.send_errors += info.segments;
+          zerocopy_ = false;
         } else {
           counters_.send_errors += info.segments;
           if (result == -EMSGSIZE) counters_.oversize_drops += info.segments;
-          // A socket or kernel that refuses zero-copy: copy from now on.
-          if (tag_of(data) == kTagTxZeroCopy && (result == -EOPNOTSUPP || result == -EINVAL)) zerocopy_ = false;
-          else if (info.segments > 1 && (result == -EIO || result == -EINVAL)) gso_ = false;
+          if (info.segments > 1 && (result == -EIO || result == -EINVAL)) gso_ = false;
         }
         return;
       }
