@@ -77,8 +77,13 @@ transport::QpConfig qp_config() {
   return c;
 }
 
-// A QP connected to a peer that never answers, with one WRITE posted; its CQ.
-uint32_t write_to_silent_peer(Runtime& runtime, std::vector<uint8_t>& buffer) {
+// A QP connected to a peer that never answers, with one WRITE from `buffer`
+// posted: its CQ and the buffer's memory key.
+struct SilentWrite {
+  uint32_t cq;
+  uint32_t key;
+};
+SilentWrite write_to_silent_peer(Runtime& runtime, std::vector<uint8_t>& buffer) {
   const transport::PeerId peer = runtime.peer_for(loopback(9));
   return runtime.with_engine([&](Endpoint& e, Time) {
     const uint32_t cq = e.create_cq(16);
@@ -95,7 +100,7 @@ uint32_t write_to_silent_peer(Runtime& runtime, std::vector<uint8_t>& buffer) {
     wr.remote_addr = 0x1000;
     wr.rkey = 1;
     EXPECT_EQ(e.post_send(qp, wr), transport::PostResult::Ok);
-    return cq;
+    return SilentWrite{cq, key.value_or(0)};
   });
 }
 
@@ -125,7 +130,7 @@ TEST(IoRuntimeLoop, SleepsUntilTheEnginesTimersAndWakesOnlyForThem) {
   ASSERT_NE(rig.runtime, nullptr);
   EXPECT_EQ(rig.next_sleep(), transport::kNever);
   std::vector<uint8_t> buffer(16 * 1024, 0x5a);
-  const uint32_t cq = write_to_silent_peer(*rig.runtime, buffer);
+  const uint32_t cq = write_to_silent_peer(*rig.runtime, buffer).cq;
   const Time start = rig.clock->now();
   // Nobody answers: the loop wakes for pacing and retransmission timers,
   // each time with a deadline ahead of the clock (it never spins), until the
@@ -242,23 +247,7 @@ TEST(IoRuntimeLoop, FenceSendsReturnsOnlyOnceTheKernelHasReadThePayloadsItWasHan
   rig.io.hold_submissions(true);
   const uint32_t mtu = rig.runtime->with_engine([](Endpoint& e, Time) { return e.config().mtu; });
   std::vector<uint8_t> buffer(3 * mtu - 100, 0x5c);
-  const transport::PeerId peer = rig.runtime->peer_for(loopback(9));
-  const uint32_t key = rig.runtime->with_engine([&](Endpoint& e, Time) {
-    const uint32_t cq = e.create_cq(16);
-    const uint32_t qp = e.create_qp(1, cq, cq, qp_config());
-    const auto k = e.memory().register_region(1, reinterpret_cast<uintptr_t>(buffer.data()), buffer.size(),
-                                              transport::kAccessLocalWrite);
-    EXPECT_TRUE(k.has_value());
-    EXPECT_EQ(e.connect_qp(qp, peer, 1, qp_config()), transport::PostResult::Ok);
-    transport::SendWr wr;
-    wr.opcode = transport::WrOpcode::RdmaWrite;
-    wr.num_sge = 1;
-    wr.sg[0] = {reinterpret_cast<uintptr_t>(buffer.data()), static_cast<uint32_t>(buffer.size()), k.value_or(0)};
-    wr.remote_addr = 0x1000;
-    wr.rkey = 1;
-    EXPECT_EQ(e.post_send(qp, wr), transport::PostResult::Ok);
-    return k.value_or(0);
-  });
+  const uint32_t key = write_to_silent_peer(*rig.runtime, buffer).key;
   rig.next_sleep();  // the loop filled a batch; its sends wait for the kernel
   ASSERT_TRUE(rig.io.sent().empty());
 
