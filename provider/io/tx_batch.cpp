@@ -80,8 +80,8 @@ void TxBatch::build(const PeerTable::View& peers, uint16_t default_sockets, uint
     add_iovecs(head_index, iov);
     uint32_t segments = 1;
     uint32_t bytes = head.length;
-    const bool copyless = zerocopy && head.payload_length >= kZeroCopyMinPayload;
-    uint32_t pages = copyless ? pages_of(head_index) : 0;
+    uint32_t pages = zerocopy && head.payload_length >= kZeroCopyMinPayload ? pages_of(head_index) : 0;
+    const bool copyless = pages > 0 && pages <= kMaxZeroCopyFrags;
     size_t j = k + 1;
     if (gso) {
       while (j < n) {

@@ -552,8 +552,7 @@ size_t Endpoint::frame(Peer& peer, std::span<uint8_t> buf, size_t length, std::s
   const uint64_t number = session.next_packet_number(dst_epoch);
   wire::stamp_common(buf, config_.security, epoch_, dst_epoch, static_cast<uint32_t>(number));
   if (config_.security == wire::Security::Integrity) {
-    if (gathered.empty()) seal_integrity(buf, length);
-    else seal_integrity(buf, length - gathered.size(), gathered);
+    seal_integrity(buf, length - gathered.size(), gathered);
     return length + wire::kIntegrityTrailerBytes;
   }
   TrafficKey* key = session.tx_key(epoch_, dst_epoch);

@@ -403,5 +403,15 @@ TEST_F(TxBatchTest, ZeroCopyRunsOfLargePayloadsStayWithinTheKernelsFragmentsAndS
   EXPECT_EQ(plain[0].segments, 13);
 }
 
+TEST_F(TxBatchTest, ADatagramSpanningMoreFragmentsThanAZeroCopySendHoldsIsCopied) {
+  // 64,000 payload bytes span at least 16 pages; with the header's and the
+  // trailer's, at least 18.
+  std::vector<uint8_t> memory(64'000 + 4096);
+  add_gathered(peer_a_, 0, 60, std::span<const uint8_t>(memory.data() + 100, 64'000), 1);
+  const auto m = build(4, true, nullptr, 0, true);
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_FALSE(m[0].zerocopy);
+}
+
 }  // namespace
 }  // namespace metaroce::io
