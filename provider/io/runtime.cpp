@@ -536,6 +536,8 @@ void RuntimeImpl::run(std::promise<std::string>& started) {
   // Timed sleeps end within a few microseconds of the deadline (the default
   // slack is 50 us), well inside half a pacing burst.
   (void)prctl(PR_SET_TIMERSLACK, kTimerSlackNs);
+  // Best effort, like the timer slack: the thread works without it.
+  if (options_.progress_slice_ns) (void)request_scheduler_slice(options_.progress_slice_ns);
   BackendConfig config;
   config.home_fd = home_.get();
   {

@@ -45,6 +45,7 @@
 #include "endpoint.h"
 #include "metaroce/clock.h"
 #include "runtime_stats.h"
+#include "scheduler_slice.h"
 
 namespace metaroce::io {
 
@@ -82,6 +83,11 @@ struct RuntimeOptions {
   // off). For latency-bound programs that can spare a core; an idle context
   // still sleeps once the time has passed.
   transport::Time busy_poll_ns = 0;
+  // The progress thread asks the kernel for this scheduler slice
+  // (scheduler_slice.h), so that it runs as soon as a datagram wakes it
+  // even when the application's threads spin on every core; 0: the
+  // kernel's default slice.
+  transport::Time progress_slice_ns = kProgressSliceNs;
   bool use_gso = true;  // UDP_SEGMENT on send where supported
   // Large payloads leave without a copy (BackendConfig::zerocopy). Pays off
   // only where a NIC reads the pinned pages: over loopback and veth the

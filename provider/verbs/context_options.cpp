@@ -69,6 +69,11 @@ bool options_from_env(Options& o) {
     o.busy_poll_ns = v * 1000;
     o.busy_poll_explicit = true;
   }
+  if (const char* s = std::getenv("METAROCE_PROGRESS_SLICE_US")) {
+    constexpr unsigned long kMin = io::kMinSchedulerSliceNs / 1000, kMax = io::kMaxSchedulerSliceNs / 1000;
+    if (std::strcmp(s, "0") != 0 && !parse_unsigned(s, kMin, kMax, v)) return bad_env("METAROCE_PROGRESS_SLICE_US", s);
+    o.progress_slice_ns = std::strcmp(s, "0") == 0 ? 0 : v * 1000;
+  }
   if (const char* s = std::getenv("METAROCE_BASE_RTT_US")) {
     if (!parse_unsigned(s, 1, 10'000'000, v)) return bad_env("METAROCE_BASE_RTT_US", s);
     o.base_rtt_ns = v * 1000;

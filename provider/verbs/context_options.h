@@ -8,6 +8,7 @@
 #include <string>
 
 #include "provider.h"
+#include "scheduler_slice.h"
 
 namespace metaroce::verbs {
 
@@ -32,8 +33,9 @@ struct Options {
   bool io_uring = true;
   bool inline_transmit = true;  // RuntimeOptions::inline_transmit
   ZeroCopy zerocopy = ZeroCopy::Auto;
-  uint64_t busy_poll_ns = 0;        // RuntimeOptions::busy_poll_ns
-  bool busy_poll_explicit = false;  // set by METAROCE_BUSY_POLL_US, else metaroced's [devices.NAME]
+  uint64_t progress_slice_ns = io::kProgressSliceNs;  // RuntimeOptions::progress_slice_ns
+  uint64_t busy_poll_ns = 0;                          // RuntimeOptions::busy_poll_ns
+  bool busy_poll_explicit = false;                    // set by METAROCE_BUSY_POLL_US, else metaroced's [devices.NAME]
   // The engine's defaults suit a datacenter NIC (8 us RTT). Over kernel
   // UDP the host adds tens of microseconds and, on a busy host, scheduling
   // delays of a millisecond or more that are not congestion: a larger base

@@ -223,6 +223,7 @@ std::unique_ptr<io::Runtime> start_runtime(const Device& device, Options& o, std
   ro.inline_transmit = o.inline_transmit;
   ro.zerocopy = use_zerocopy(planes, o.zerocopy);
   ro.busy_poll_ns = o.busy_poll_ns;
+  ro.progress_slice_ns = o.progress_slice_ns;
   ro.test_drop_probability = o.test_loss;
   ro.endpoint.profile = o.profile;
   ro.endpoint.paths = o.paths;

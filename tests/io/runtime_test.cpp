@@ -12,6 +12,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -23,6 +24,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -36,6 +39,7 @@
 #include "metaroce/wire.h"
 #include "metaroce/splitmix64.h"
 #include "runtime.h"
+#include "scheduler_slice.h"
 #include "udp_socket.h"
 
 namespace metaroce::io {
@@ -703,6 +707,54 @@ TEST(IoRuntime, HalfAPacingBurstFillsAGsoMessageOnEveryPath) {
   EXPECT_GE(static_cast<double>(slow) / 2 * slow_bps / 8e9, 4.0 * kMaxGsoBytes);
   EXPECT_LE(static_cast<double>(slow) / 2 * slow_bps / 8e9, 4.0 * kMaxGsoBytes + 1);
   EXPECT_EQ(burst_for(100'000'000'000), RuntimeOptions{}.pacing_burst_ns);
+}
+
+// This process's progress threads (named metaroce-io).
+std::vector<pid_t> progress_threads() {
+  std::vector<pid_t> threads;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    if (std::getline(comm, name) && name == "metaroce-io")
+      threads.push_back(static_cast<pid_t>(std::stol(task.path().filename().string())));
+  }
+  return threads;
+}
+
+TEST(IoRuntime, TheProgressThreadAsksForTheShortestSchedulerSlice) {
+  auto runtime = make_runtime(test_options(true, true));
+  ASSERT_NE(runtime, nullptr);
+  std::vector<pid_t> threads = progress_threads();
+  ASSERT_EQ(threads.size(), 1u);
+  const uint64_t slice = scheduler_slice_of(threads[0]);
+  if (slice == 0) GTEST_SKIP() << "this kernel (before 6.12) has no per-thread scheduler slices";
+  EXPECT_EQ(slice, kMinSchedulerSliceNs);
+  runtime.reset();
+
+  RuntimeOptions o = test_options(true, true);
+  o.progress_slice_ns = 0;  // the kernel's default, longer
+  runtime = make_runtime(o);
+  ASSERT_NE(runtime, nullptr);
+  threads = progress_threads();
+  ASSERT_EQ(threads.size(), 1u);
+  EXPECT_GT(scheduler_slice_of(threads[0]), kMinSchedulerSliceNs);
+}
+
+TEST(IoRuntime, TheSliceRequestKeepsTheNiceValueTheProgressThreadInherits) {
+  // On a thread of its own: raising a nice value cannot be undone without
+  // privilege.
+  int nice_seen = -100;
+  std::thread([&] {
+    ASSERT_EQ(setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 7), 0);
+    auto runtime = make_runtime(test_options(true, true));
+    ASSERT_NE(runtime, nullptr);
+    const std::vector<pid_t> threads = progress_threads();
+    ASSERT_EQ(threads.size(), 1u);
+    errno = 0;
+    nice_seen = getpriority(PRIO_PROCESS, static_cast<id_t>(threads[0]));
+    ASSERT_EQ(errno, 0);
+  }).join();
+  EXPECT_EQ(nice_seen, 7);
 }
 
 TEST(IoRuntime, BadOptionsAreRejected) {

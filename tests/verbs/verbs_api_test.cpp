@@ -326,6 +326,26 @@ TEST(VerbsDevices, MetaroceZerocopyTakesAutoZeroOrOneAndRefusesAnythingElse) {
   metaroce_dv_free_device_list(list);
 }
 
+TEST(VerbsDevices, MetaroceProgressSliceTakesZeroOrTheKernelsRangeAndRefusesAnythingElse) {
+  metaroce_dv_device_spec spec = {"mrslice0", "lo"};
+  ibv_device** list = metaroce_dv_get_device_list(&spec, 1, nullptr);
+  ASSERT_NE(list, nullptr);
+  for (const char* value : {"0", "100", "100000"}) {
+    ASSERT_EQ(setenv("METAROCE_PROGRESS_SLICE_US", value, 1), 0);
+    ibv_context* ctx = ibv_open_device(list[0]);
+    ASSERT_NE(ctx, nullptr) << value;
+    EXPECT_EQ(ibv_close_device(ctx), 0);
+  }
+  for (const char* value : {"", "1", "99", "100001", "-5", "1ms"}) {
+    ASSERT_EQ(setenv("METAROCE_PROGRESS_SLICE_US", value, 1), 0);
+    errno = 0;
+    EXPECT_EQ(ibv_open_device(list[0]), nullptr) << value;
+    EXPECT_EQ(errno, EINVAL) << value;
+  }
+  ASSERT_EQ(unsetenv("METAROCE_PROGRESS_SLICE_US"), 0);
+  metaroce_dv_free_device_list(list);
+}
+
 TEST(VerbsDevices, PlanesAreValidated) {
   // One family, distinct addresses, no empty item, at most 8.
   for (const char* spec : {"127.0.0.1,::1", "127.0.0.1,127.0.0.1", "127.0.0.1,", ",127.0.0.1",
