@@ -146,6 +146,24 @@ TEST_F(TxBatchTest, PathsAreGroupedStablyAndKeepTheirOrder) {
   EXPECT_EQ(m[1].first_bytes, (std::vector<uint8_t>{1, 3, 5, 7}));
 }
 
+TEST_F(TxBatchTest, EachBatchStartsWithTheSocketAfterTheOneTheLastBatchStartedWith) {
+  // The same three paths in every batch; each path's datagrams keep their order.
+  std::vector<uint16_t> first_sockets;
+  for (int round = 0; round < 4; ++round) {
+    batch_.clear();
+    for (uint8_t i = 0; i < 6; ++i) add(peer_a_, i % 3, 4152, i);
+    const auto m = build(3, true);
+    ASSERT_EQ(m.size(), 3u);
+    first_sockets.push_back(m[0].socket);
+    for (size_t k = 0; k < 3; ++k) {
+      EXPECT_EQ(m[k].socket, (m[0].socket + k) % 3);
+      EXPECT_EQ(m[k].first_bytes,
+                (std::vector<uint8_t>{static_cast<uint8_t>(m[k].socket), static_cast<uint8_t>(m[k].socket + 3)}));
+    }
+  }
+  EXPECT_EQ(first_sockets, (std::vector<uint16_t>{0, 1, 2, 0}));
+}
+
 TEST_F(TxBatchTest, APeersOwnSocketMapRoutesItsPathsAndLeavesOtherPeersOnTheDefaults) {
   // Peer b's paths 0..3 leave through sockets 7, 5, 4, 6 (discovered for it).
   ASSERT_TRUE(peers_.set_sockets(peer_b_, {7, 5, 4, 6}));
