@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <new>
+#include <initializer_list>
 #include <string>
 #include <chrono>
 #include <csignal>
@@ -306,44 +307,35 @@ TEST(VerbsDevices, DeviceListAndIdentity) {
   metaroce_dv_free_device_list(list);
 }
 
-TEST(VerbsDevices, MetaroceZerocopyTakesAutoZeroOrOneAndRefusesAnythingElse) {
-  metaroce_dv_device_spec spec = {"mrzc0", "lo"};
+// ibv_open_device() of a loopback device opens with each of `accepted` in
+// environment variable `name`, and fails with EINVAL with each of `refused`.
+void expect_env_values(const char* name, std::initializer_list<const char*> accepted,
+                       std::initializer_list<const char*> refused) {
+  metaroce_dv_device_spec spec = {"mrenvval0", "lo"};
   ibv_device** list = metaroce_dv_get_device_list(&spec, 1, nullptr);
   ASSERT_NE(list, nullptr);
-  for (const char* value : {"auto", "0", "1"}) {
-    ASSERT_EQ(setenv("METAROCE_ZEROCOPY", value, 1), 0);
+  for (const char* value : accepted) {
+    ASSERT_EQ(setenv(name, value, 1), 0);
     ibv_context* ctx = ibv_open_device(list[0]);
-    ASSERT_NE(ctx, nullptr) << value;
+    ASSERT_NE(ctx, nullptr) << name << "=" << value;
     EXPECT_EQ(ibv_close_device(ctx), 0);
   }
-  for (const char* value : {"", "yes", "2"}) {
-    ASSERT_EQ(setenv("METAROCE_ZEROCOPY", value, 1), 0);
+  for (const char* value : refused) {
+    ASSERT_EQ(setenv(name, value, 1), 0);
     errno = 0;
-    EXPECT_EQ(ibv_open_device(list[0]), nullptr) << value;
-    EXPECT_EQ(errno, EINVAL) << value;
+    EXPECT_EQ(ibv_open_device(list[0]), nullptr) << name << "=" << value;
+    EXPECT_EQ(errno, EINVAL) << name << "=" << value;
   }
-  ASSERT_EQ(unsetenv("METAROCE_ZEROCOPY"), 0);
+  ASSERT_EQ(unsetenv(name), 0);
   metaroce_dv_free_device_list(list);
 }
 
+TEST(VerbsDevices, MetaroceZerocopyTakesAutoZeroOrOneAndRefusesAnythingElse) {
+  expect_env_values("METAROCE_ZEROCOPY", {"auto", "0", "1"}, {"", "yes", "2"});
+}
+
 TEST(VerbsDevices, MetaroceProgressSliceTakesZeroOrTheKernelsRangeAndRefusesAnythingElse) {
-  metaroce_dv_device_spec spec = {"mrslice0", "lo"};
-  ibv_device** list = metaroce_dv_get_device_list(&spec, 1, nullptr);
-  ASSERT_NE(list, nullptr);
-  for (const char* value : {"0", "100", "100000"}) {
-    ASSERT_EQ(setenv("METAROCE_PROGRESS_SLICE_US", value, 1), 0);
-    ibv_context* ctx = ibv_open_device(list[0]);
-    ASSERT_NE(ctx, nullptr) << value;
-    EXPECT_EQ(ibv_close_device(ctx), 0);
-  }
-  for (const char* value : {"", "1", "99", "100001", "-5", "1ms"}) {
-    ASSERT_EQ(setenv("METAROCE_PROGRESS_SLICE_US", value, 1), 0);
-    errno = 0;
-    EXPECT_EQ(ibv_open_device(list[0]), nullptr) << value;
-    EXPECT_EQ(errno, EINVAL) << value;
-  }
-  ASSERT_EQ(unsetenv("METAROCE_PROGRESS_SLICE_US"), 0);
-  metaroce_dv_free_device_list(list);
+  expect_env_values("METAROCE_PROGRESS_SLICE_US", {"0", "100", "100000"}, {"", "1", "99", "100001", "-5", "1ms"});
 }
 
 TEST(VerbsDevices, PlanesAreValidated) {
