@@ -184,11 +184,6 @@ class RuntimeImpl final : public Runtime {
   sockaddr_storage local_address() const override { return local_; }
   transport::PeerId peer_for(const sockaddr_storage& address) override { return peers_->get_or_add(address); }
 
-  void set_completion_listener(std::function<void(uint32_t cq)> listener) override {
-    std::lock_guard<std::mutex> lock(engine_mutex_);
-    engine_->set_completion_observer(std::move(listener));
-  }
-
   RuntimeStats stats() const override;
   void fence_sends() override;
   bool route_peer(transport::PeerId peer, const std::vector<uint16_t>& ports, std::string& error) override;
@@ -492,6 +487,7 @@ bool RuntimeImpl::start(std::string& error) {
   }
   engine_ = std::make_unique<transport::Endpoint>(config);
   engine_->memory().set_guarded_read(&guarded_read);
+  engine_->set_completion_observer([this](uint32_t cq) { completion_pushed(cq); });
   PeerKey own_key;
   if (make_peer_key(local_, home_port_, own_key))
     engine_->set_transmit_order(transmit_order_key(own_key), [peers = peers_.get()](transport::PeerId peer) {
@@ -608,7 +604,7 @@ void RuntimeImpl::progress_loop(IoBackend& io) {
     const std::span<const RxMessage> received = io.receive();
     bool sent = false;
     {
-      std::lock_guard<std::mutex> lock(engine_mutex_);
+      EngineLock lock(*this);
       const transport::Time clock = now();
       const int64_t realtime = realtime_ns();
       // The view first: a peer map it holds names sockets already published.
@@ -734,7 +730,7 @@ void RuntimeImpl::send_what_is_owed(IoBackend& io) {
   // whatever else is due, in one last batch handed to the kernel.
   TxBatch& batch = io.tx_batch();
   {
-    std::lock_guard<std::mutex> lock(engine_mutex_);
+    EngineLock lock(*this);
     const transport::Time clock = now();
     peers_->refresh(view_);
     engine_->flush_owed(clock);
@@ -747,7 +743,7 @@ void RuntimeImpl::send_what_is_owed(IoBackend& io) {
   send(io, batch);
   io.drain_sends(now() + kOwedSendsTimeoutNs);
   {
-    std::lock_guard<std::mutex> lock(engine_mutex_);
+    EngineLock lock(*this);
     if (engine_->completions_releasable()) engine_->release_completions();
   }
   publish(io);
@@ -846,6 +842,22 @@ RuntimeStats RuntimeImpl::stats() const {
 }
 
 }  // namespace
+
+Runtime::EngineLock::~EngineLock() {
+  // The ids move to this thread's vector, so that the listener runs without
+  // the engine lock and without allocating.
+  thread_local std::vector<uint32_t> pushed;
+  const bool any = !runtime_.completions_pushed_.empty();
+  if (any) pushed.swap(runtime_.completions_pushed_);
+  runtime_.engine_mutex_.unlock();
+  if (!any) return;
+  {
+    std::lock_guard<std::mutex> lock(runtime_.listener_mutex_);
+    if (runtime_.completion_listener_)
+      for (const uint32_t cq : pushed) runtime_.completion_listener_(cq);
+  }
+  pushed.clear();
+}
 
 std::unique_ptr<Runtime> Runtime::create(const RuntimeOptions& options, std::string& error) {
   auto runtime = std::make_unique<RuntimeImpl>(options);

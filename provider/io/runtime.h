@@ -139,7 +139,7 @@ class Runtime {
   // Threading above).
   template <typename Fn>
   auto with_engine(Fn&& fn) {
-    std::lock_guard<std::mutex> lock(engine_mutex_);
+    EngineLock lock(*this);
     struct Settle {
       Runtime* runtime;
       ~Settle() { runtime->settle(); }
@@ -147,9 +147,16 @@ class Runtime {
     return fn(engine(), now());
   }
 
-  // Called on the progress thread, with the engine lock held, whenever a
-  // completion is pushed to CQ `cq`. Must be quick (e.g. write an eventfd).
-  virtual void set_completion_listener(std::function<void(uint32_t cq)> listener) = 0;
+  // `listener` is called once for every completion pushed to CQ `cq`, by
+  // the thread that pushed it (the progress thread, or one in with_engine())
+  // just after that thread has released the engine lock, so that an
+  // application thread the listener wakes finds the lock free rather than
+  // sleeping on it until the progress thread has ended its iteration. Must
+  // be quick (e.g. write an eventfd).
+  void set_completion_listener(std::function<void(uint32_t cq)> listener) {
+    std::lock_guard<std::mutex> lock(listener_mutex_);
+    completion_listener_ = std::move(listener);
+  }
 
   virtual RuntimeStats stats() const = 0;
   // Returns once the kernel has read every datagram handed out so far whose
@@ -184,10 +191,32 @@ class Runtime {
   // After a with_engine() call, engine lock held: transmit inline or wake
   // the progress thread when the engine wants it before its deadline.
   virtual void settle() = 0;
-  std::mutex engine_mutex_;
+
+  // Holds the engine lock for its lifetime; once it has released it, tells
+  // the completion listener of the completions pushed meanwhile.
+  class EngineLock {
+   public:
+    explicit EngineLock(Runtime& runtime) : runtime_(runtime) { runtime_.engine_mutex_.lock(); }
+    ~EngineLock();
+    EngineLock(const EngineLock&) = delete;
+    EngineLock& operator=(const EngineLock&) = delete;
+
+   private:
+    Runtime& runtime_;
+  };
+  // The engine's completion observer (engine lock held).
+  void completion_pushed(uint32_t cq) { completions_pushed_.push_back(cq); }
 
  private:
   const Clock& clock_;
+  std::mutex engine_mutex_;
+  // CQ ids of the completions pushed since the engine lock was taken, one per
+  // completion (engine lock held).
+  std::vector<uint32_t> completions_pushed_;
+  // Held while the listener runs, so that once set_completion_listener()
+  // has returned the listener it replaced is not running and never runs again.
+  std::mutex listener_mutex_;
+  std::function<void(uint32_t cq)> completion_listener_;
 };
 
 }  // namespace metaroce::io

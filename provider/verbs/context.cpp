@@ -83,6 +83,7 @@ int errno_of(transport::PostResult result) {
 }
 
 void Context::on_completion(uint32_t cq) {
+  std::lock_guard<std::mutex> lock(cqs_mutex);
   auto it = cqs.find(cq);
   if (it == cqs.end()) return;
   Cq* c = it->second;

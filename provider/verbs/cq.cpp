@@ -2,8 +2,9 @@
 //
 // Completion queues over the engine's CQs, and their completion events.
 //
-// The engine calls the context's completion listener (progress thread or the
-// posting thread, engine lock held) for every completion it adds; the CQ
+// The runtime calls the context's completion listener (from the progress
+// thread or a posting thread, just after it has released the engine lock)
+// for every completion the engine added; the CQ
 // counts them, so that polling an empty CQ costs two atomic loads and no
 // lock, and signals its completion channel when armed: a kernel-less
 // channel is a pipe the listener writes the CQ handle to; a kernel device's
@@ -154,6 +155,7 @@ Cq* create(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_ve
   cq->ibv.cqe = cqe;
   ctx->engine([&](transport::Endpoint& e) {
     cq->id = e.create_cq(static_cast<uint32_t>(cqe));
+    std::lock_guard<std::mutex> lock(ctx->cqs_mutex);
     ctx->cqs[cq->id] = cq;
   });
   cq->ibv.handle = cq->id;
@@ -164,6 +166,7 @@ Cq* create(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_ve
     if (err) {
       ctx->engine([&](transport::Endpoint& e) {
         e.destroy_cq(cq->id);
+        std::lock_guard<std::mutex> lock(ctx->cqs_mutex);
         ctx->cqs.erase(cq->id);
       });
       delete cq;
@@ -219,6 +222,9 @@ int destroy_cq(ibv_cq* ibcq) {
   const transport::PostResult r = ctx->engine([&](transport::Endpoint& e) {
     const transport::PostResult result = e.destroy_cq(cq->id);
     if (result != transport::PostResult::Ok) return result;
+    // Under cqs_mutex, so that no listener writes an event for this CQ after
+    // those unread are discarded below.
+    std::lock_guard<std::mutex> lock(ctx->cqs_mutex);
     ctx->cqs.erase(cq->id);
     // An event the application has not read names this CQ: the kernel drops
     // such events when it destroys a CQ, and an application that tears down

@@ -262,7 +262,7 @@ struct Context {
   int async_write_fd = -1;
   std::unique_ptr<AsyncEventForwarder> kernel_events;
   // QPs and SRQs by engine number, for the async event observer. Changed and
-  // read with the engine lock held, like `cqs`.
+  // read with the engine lock held.
   std::unordered_map<uint32_t, Qp*> qps;
   std::unordered_map<uint32_t, Srq*> srqs;
   // Writes one ib_uverbs_async_event_desc (element: an object pointer or a
@@ -275,8 +275,9 @@ struct Context {
   std::unordered_map<uint64_t, EventCounts*> event_objects;
   uint32_t poll_yield_every = 0;  // sched_yield() every this many empty polls (0: never)
   std::atomic<uint32_t> next_pd{1};
-  // CQs by engine id, for the completion listener. Changed and read only
-  // with the engine lock held (inside with_engine or the listener).
+  // CQs by engine id, for the completion listener, which runs without the
+  // engine lock: changed and read with cqs_mutex held.
+  std::mutex cqs_mutex;
   std::unordered_map<uint32_t, Cq*> cqs;
 
   // Runs fn(endpoint) under the engine lock.
@@ -284,7 +285,7 @@ struct Context {
   auto engine(Fn&& fn) {
     return runtime->with_engine([&](transport::Endpoint& e, transport::Time) { return fn(e); });
   }
-  void on_completion(uint32_t cq);  // progress thread, engine lock held
+  void on_completion(uint32_t cq);  // the completion listener (Runtime::set_completion_listener)
 
   // When a QP goes to RTR: a peer seen for the first time gets the source
   // ports metaroced discovered for the paths to it (without a daemon, or

@@ -10,6 +10,8 @@
 #include <netinet/in.h>
 
 #include <algorithm>
+#include <chrono>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -184,9 +186,15 @@ TEST(IoRuntimeLoop, AReceiveCompletesOnlyOnceItsAckIsWithTheKernel) {
 
   std::vector<uint8_t> source(3 * peer_config.mtu - 100, 0x3c), sink(source.size(), 0);
   size_t acks_when_completed = 0, completions = 0;  // the progress thread's; read after it sleeps
+  // The listener runs once the engine lock is free again: the application
+  // thread it wakes must not then sleep on that lock.
+  std::future<void> other_thread;
+  bool engine_free_in_listener = false;
   rig.runtime->set_completion_listener([&](uint32_t) {
     ++completions;
     acks_when_completed = acks_in(rig.io.sent());
+    other_thread = std::async(std::launch::async, [&] { rig.runtime->with_engine([](Endpoint&, Time) {}); });
+    engine_free_in_listener = other_thread.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
   });
   const transport::PeerId from_runtime = 1;
   const transport::PeerId to_peer = rig.runtime->peer_for(loopback(kPeerHomePort));
@@ -224,6 +232,7 @@ TEST(IoRuntimeLoop, AReceiveCompletesOnlyOnceItsAckIsWithTheKernel) {
   rig.next_sleep();
   ASSERT_EQ(completions, 1u);
   EXPECT_GE(acks_when_completed, 1u) << "the completion was visible before its ACK was submitted";
+  EXPECT_TRUE(engine_free_in_listener) << "the listener ran with the engine lock held";
   const std::vector<transport::Completion> done = rig.runtime->with_engine([&](Endpoint& e, Time) {
     transport::Completion batch[4];
     return std::vector<transport::Completion>(batch, batch + e.poll_cq(cq, batch));
