@@ -4,9 +4,9 @@
 //
 // The runtime calls the context's completion listener (from the progress
 // thread or a posting thread, just after it has released the engine lock)
-// for every completion the engine added; the CQ
-// counts them, so that polling an empty CQ costs two atomic loads and no
-// lock, and signals its completion channel when armed: a kernel-less
+// for every completion the engine added; the CQ counts them, so that
+// polling an empty CQ costs two atomic loads and no lock, and signals its
+// completion channel when armed: a kernel-less
 // channel is a pipe the listener writes the CQ handle to; a kernel device's
 // channel is the kernel's event file, which the kernel signals when the
 // provider rings it with IB_USER_VERBS_CMD_REQ_NOTIFY_CQ (metaroce.ko
