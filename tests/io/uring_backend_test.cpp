@@ -9,7 +9,6 @@
 #include <netinet/in.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -109,9 +108,8 @@ TEST(UringBackend, ReceivesEveryDatagramWhenItsBuffersRunOut) {
 }
 
 TEST(UringBackend, AZeroCopySendTheKernelRefusesTurnsZeroCopyOff) {
-  // A socket without zero-copy support (here a Unix datagram socket; in the
-  // field an old kernel's or another protocol's) fails SENDMSG_ZC with
-  // EOPNOTSUPP. The datagrams count as send errors (the engine resends them)
+  // A socket without zero-copy support (here a Unix datagram socket) fails
+  // SENDMSG_ZC with EOPNOTSUPP. The datagrams count as send errors (the engine resends them)
   // and every later batch is built to be copied.
   int unix_pair[2];
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, unix_pair), 0);
