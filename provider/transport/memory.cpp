@@ -57,6 +57,7 @@ bool MemoryRegistry::deregister(uint32_t key) {
   slots_[index - 1].live = false;
   free_.push_back(index);
   --live_;
+  ++epoch_;
   return true;
 }
 

@@ -45,6 +45,9 @@ class MemoryRegistry {
   std::optional<uint32_t> register_region(uint32_t pd, uint64_t addr, uint64_t length, uint32_t access);
   bool deregister(uint32_t key);
   const MemoryRegion* find(uint32_t key) const;
+  // Advances with every deregistration, the only change that can fail a
+  // check that passed: while it stays the same, so does that check's result.
+  uint64_t epoch() const { return epoch_; }
   size_t size() const { return live_; }
 
   // A peer's access to [addr, addr+length) with `required` (kAccessRemote*).
@@ -75,6 +78,7 @@ class MemoryRegistry {
   std::vector<Slot> slots_;
   RingQueue<uint32_t> free_;  // oldest first
   size_t live_ = 0;
+  uint64_t epoch_ = 1;
   SplitMix64 rng_;
   GuardedRead guarded_read_ = nullptr;
 };

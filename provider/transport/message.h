@@ -83,6 +83,10 @@ struct OutboundMessage {
   uint64_t source_addr = 0;
   uint32_t source_rkey = 0;  // READ response: the key the request was granted with
   bool uses_source_addr = false;
+  // The memory registry's epoch at which every source byte was last found
+  // readable (0: not checked): each datagram needs the check only after a
+  // deregistration.
+  uint64_t sources_readable_at = 0;
 
   uint32_t chunks = 1;
   uint32_t next_chunk = 0;  // first chunk never sent in this attempt
@@ -144,6 +148,9 @@ struct InboundMessage {
   // A WRITE's final chunk that arrived before the rest of the WRITE or an
   // earlier message: placed when the message completes (write_tail).
   std::vector<uint8_t> deferred_tail;
+  // A WRITE: the memory registry's epoch at which its whole target range
+  // was last found writable (0: not checked), as sources_readable_at.
+  uint64_t target_writable_at = 0;
 };
 
 inline std::span<const Sge> sges_of(const OutboundMessage& m) { return {m.sg.data(), m.num_sge}; }

@@ -112,8 +112,10 @@ class QueuePair final : public QueuePairCommon {
   const RetryExhaustion* retry_exhaustion() const { return retry_exhaustion_.get(); }
   // Every chunk's source memory is checked again before each send: the
   // application may have deregistered (and freed) it since the work
-  // request was posted or the READ arrived.
-  bool source_readable(const ChunkRef& ref) const;
+  // request was posted or the READ arrived. Once a message's whole source
+  // passed, its chunks pass until the next deregistration
+  // (MemoryRegistry::epoch).
+  bool source_readable(const ChunkRef& ref);
   // The source is gone: a READ response is dropped and the requester
   // NAKed; a request fails with LOC_PROT_ERR.
   void abandon_source(const ChunkRef& ref);
@@ -166,6 +168,8 @@ class QueuePair final : public QueuePairCommon {
   void write_chunk(uint32_t msn, uint64_t dest, std::span<const uint8_t> payload);
   bool defer_tail(const wire::Packet& packet, const InboundMessage& message, uint32_t chunk) const;
   std::optional<RequestFailure> write_tail(uint32_t msn, InboundMessage& message);
+  // The `bytes` a WRITE packet carries may be written where it says.
+  bool target_writable(const wire::DataHeader& header, InboundMessage& message, size_t bytes);
   std::optional<RequestFailure> place_request_chunk(const wire::Packet& packet, InboundMessage& message,
                                                     uint32_t chunk);
   Verdict on_duplicate_request(const wire::Packet& packet);

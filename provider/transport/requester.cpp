@@ -124,13 +124,13 @@ bool writes_remote(wire::Opcode op) {
 // responder executing in order gives that for free; here a later request may
 // arrive first, and a READ's data is gathered as its response is sent.
 bool QueuePair::held(size_t index) const {
+  // Every earlier READ or atomic not done holds a max_rd_atomic slot (or
+  // waits out an RNR delay): none, nothing to wait for.
+  if (reads_atomics_in_flight_ == 0 && rnr_waiting_ == 0) return false;
   const OutboundMessage& m = send_queue_[index];
   const bool waits_for_all =
       m.fence || ((m.opcode == wire::Opcode::Send || m.opcode == wire::Opcode::SendImm) && m.length != 0);
   if (!waits_for_all && !writes_remote(m.opcode)) return false;
-  // Every earlier READ or atomic not done holds a max_rd_atomic slot (or
-  // waits out an RNR delay): none, nothing to wait for.
-  if (reads_atomics_in_flight_ == 0 && rnr_waiting_ == 0) return false;
   const uint64_t span = remote_span(m);
   for (size_t i = 0; i < index; ++i) {
     const OutboundMessage& earlier = send_queue_[i];

@@ -50,12 +50,17 @@ class VerbsSemantics : public testing::TwoHostTest {
   // Runs the simulation until `cq` of `endpoint` holds n completions (or the
   // virtual time limit passes) and returns what it holds.
   std::vector<Completion> wait(Endpoint& endpoint, uint32_t cq, size_t n, Time limit = 50'000'000) {
-    rig_->sim().wake(rig_->node_a());
-    rig_->sim().wake(rig_->node_b());
-    rig_->sim().run_until([&] { return endpoint.cq_depth(cq) >= n; }, rig_->sim().now() + limit);
+    run_until([&] { return endpoint.cq_depth(cq) >= n; }, limit);
     std::vector<Completion> out(endpoint.cq_depth(cq));
     out.resize(endpoint.poll_cq(cq, out));
     return out;
+  }
+
+  // Runs the simulation until `done` holds (or the virtual time limit passes).
+  void run_until(const std::function<bool()>& done, Time limit = 50'000'000) {
+    rig_->sim().wake(rig_->node_a());
+    rig_->sim().wake(rig_->node_b());
+    rig_->sim().run_until(done, rig_->sim().now() + limit);
   }
 
   SendWr write(uint64_t id, size_t offset, uint32_t length, size_t remote_offset) {
@@ -887,6 +892,49 @@ TEST_F(VerbsSemantics, DeregisteringTheSourceOfAnOutstandingWriteFailsIt) {
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].status, WcStatus::LocalProtectionError);
   EXPECT_EQ(a().qp_state(qp_.qp_a), QpState::Error);
+}
+
+// The engine checks a message's memory once and then only after a
+// deregistration (MemoryRegistry::epoch): these deregister mid-transfer,
+// after chunks of the message went out or landed, so that a check skipped
+// after the deregistration would let the message succeed.
+TEST_F(VerbsSemantics, DeregisteringTheSourceMidWriteFailsItsLaterChunks) {
+  make(0);
+  ASSERT_EQ(a().post_send(qp_.qp_a, write(1, 0, 2 << 20, 0)), PostResult::Ok);
+  run_until([&] { return b().counters().placed_bytes > 0; });
+  ASSERT_GT(b().counters().placed_bytes, 0u);
+  ASSERT_TRUE(a().memory().deregister(akey_));
+  const uint64_t sent = a().counters().tx_data_packets;
+  const auto done = wait(a(), qp_.cq_a, 1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, WcStatus::LocalProtectionError);
+  EXPECT_EQ(a().counters().tx_data_packets, sent) << "nothing is read from the region after its deregistration";
+}
+
+TEST_F(VerbsSemantics, DeregisteringTheTargetMidWriteNaksItsLaterChunks) {
+  make(0);
+  ASSERT_EQ(a().post_send(qp_.qp_a, write(1, 0, 2 << 20, 0)), PostResult::Ok);
+  run_until([&] { return b().counters().placed_bytes > 0; });
+  ASSERT_GT(b().counters().placed_bytes, 0u);
+  ASSERT_TRUE(b().memory().deregister(bkey_));
+  const uint64_t placed = b().counters().placed_bytes;
+  const auto done = wait(a(), qp_.cq_a, 1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, WcStatus::RemoteAccessError);
+  EXPECT_EQ(b().counters().placed_bytes, placed) << "nothing lands in the region after its deregistration";
+}
+
+TEST_F(VerbsSemantics, DeregisteringTheSourceMidReadResponseAbandonsIt) {
+  make(0);
+  ASSERT_EQ(a().post_send(qp_.qp_a, read(1, 0, 2 << 20, 0)), PostResult::Ok);
+  run_until([&] { return a().counters().placed_bytes > 0; });
+  ASSERT_GT(a().counters().placed_bytes, 0u);
+  ASSERT_TRUE(b().memory().deregister(bkey_));
+  const uint64_t sent = b().counters().tx_data_packets;
+  const auto done = wait(a(), qp_.cq_a, 1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, WcStatus::RemoteAccessError);
+  EXPECT_EQ(b().counters().tx_data_packets, sent) << "nothing is read from the region after its deregistration";
 }
 
 struct AccessCase {

@@ -62,6 +62,23 @@ TEST(MemoryRegistry, RegisterFindDeregister) {
   EXPECT_EQ(reg.find(*b), nullptr);
 }
 
+// A check that passed may be reused while the epoch stays (queue_pair.h,
+// source_readable): only a deregistration can make it fail.
+TEST(MemoryRegistry, TheEpochAdvancesWithEveryDeregistrationAndNothingElse) {
+  MemoryRegistry reg;
+  const uint64_t start = reg.epoch();
+  const auto a = reg.register_region(1, 0x1000, 64, kAllAccess);
+  const auto b = reg.register_region(1, 0x2000, 64, kAllAccess);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(reg.epoch(), start) << "a registration only adds access";
+  EXPECT_FALSE(reg.deregister(*a ^ 1));
+  EXPECT_EQ(reg.epoch(), start) << "a deregistration that fails changes nothing";
+  ASSERT_TRUE(reg.deregister(*a));
+  EXPECT_EQ(reg.epoch(), start + 1);
+  ASSERT_TRUE(reg.deregister(*b));
+  EXPECT_EQ(reg.epoch(), start + 2);
+}
+
 TEST(MemoryRegistry, KeyZeroIsNeverValid) {
   MemoryRegistry reg;
   std::set<uint32_t> keys;
