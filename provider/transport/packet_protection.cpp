@@ -16,11 +16,6 @@ constexpr char kTrafficInfo[] = "metaroce v2 traffic";
 
 }  // namespace
 
-void seal_integrity(std::span<uint8_t> datagram, size_t length) {
-  const uint32_t crc = htobe32(crc32c(datagram.first(length)));
-  std::memcpy(datagram.data() + length, &crc, sizeof crc);
-}
-
 void seal_integrity(std::span<uint8_t> datagram, size_t head, std::span<const uint8_t> payload) {
   const uint32_t crc = htobe32(crc32c(datagram.first(head), payload));
   std::memcpy(datagram.data() + head, &crc, sizeof crc);

@@ -29,12 +29,11 @@ namespace metaroce::transport {
 inline constexpr size_t kPairKeyBytes = 32;
 using PairKey = std::array<uint8_t, kPairKeyBytes>;
 
-// Writes the integrity trailer (CRC32C of datagram[0, length), big-endian)
-// at datagram[length]; the caller has made room for it.
-void seal_integrity(std::span<uint8_t> datagram, size_t length);
-// The same for a datagram of datagram[0, head) then `payload`: the trailer
-// goes to datagram[head] (EndpointConfig::gather_payload).
-void seal_integrity(std::span<uint8_t> datagram, size_t head, std::span<const uint8_t> payload);
+// Writes the integrity trailer (CRC32C of datagram[0, head) then `payload`,
+// big-endian) at datagram[head]; the caller has made room for it. A payload
+// is given apart when it stays in application memory
+// (EndpointConfig::gather_payload).
+void seal_integrity(std::span<uint8_t> datagram, size_t head, std::span<const uint8_t> payload = {});
 // True when the last 4 bytes are the CRC32C of the rest.
 bool check_integrity(std::span<const uint8_t> datagram);
 

@@ -40,26 +40,36 @@ uint64_t test_seed_for(const Options& o, uint16_t home_port) {
   return o.test_seed ? o.test_seed : splitmix64_mix(home_port);
 }
 
+// The interface's entry `leaf` in sysfs (/sys/class/net/NAME/leaf); empty
+// when the index names no interface.
+std::string netdev_sysfs_path(uint32_t ifindex, const char* leaf) {
+  char name[IF_NAMESIZE] = {};
+  if (ifindex == 0 || !if_indextoname(ifindex, name)) return {};
+  return std::string("/sys/class/net/") + name + "/" + leaf;
+}
+
+// The number in the interface's sysfs entry `leaf`, 0 unless it holds a
+// positive one (reading `speed` fails with EINVAL where it is unknown).
+uint64_t netdev_number(uint32_t ifindex, const char* leaf) {
+  const std::string path = netdev_sysfs_path(ifindex, leaf);
+  std::FILE* f = path.empty() ? nullptr : std::fopen(path.c_str(), "re");
+  if (!f) return 0;
+  long value = 0;
+  const bool ok = std::fscanf(f, "%ld", &value) == 1;
+  std::fclose(f);
+  return ok && value > 0 ? static_cast<uint64_t>(value) : 0;
+}
+
 // The speed the kernel reports for the interface (ethtool's), 0 if it has
 // none (loopback, some virtual devices) or it is unknown.
-uint64_t netdev_speed_bps(uint32_t ifindex) {
-  char name[IF_NAMESIZE] = {};
-  if (ifindex == 0 || !if_indextoname(ifindex, name)) return 0;
-  std::FILE* f = std::fopen((std::string("/sys/class/net/") + name + "/speed").c_str(), "re");
-  if (!f) return 0;
-  long mbps = 0;
-  const bool ok = std::fscanf(f, "%ld", &mbps) == 1;  // reading fails with EINVAL when unknown
-  std::fclose(f);
-  return ok && mbps > 0 ? uint64_t(mbps) * 1'000'000 : 0;
-}
+uint64_t netdev_speed_bps(uint32_t ifindex) { return netdev_number(ifindex, "speed") * 1'000'000; }
 
 // A NIC has a device behind it in sysfs; loopback, veth, bridges and tunnels
 // do not, and the kernel copies what they carry when it delivers it.
 bool netdev_is_nic(uint32_t ifindex) {
-  char name[IF_NAMESIZE] = {};
-  if (ifindex == 0 || !if_indextoname(ifindex, name)) return false;
+  const std::string path = netdev_sysfs_path(ifindex, "device");
   struct stat st;
-  return ::stat((std::string("/sys/class/net/") + name + "/device").c_str(), &st) == 0;
+  return !path.empty() && ::stat(path.c_str(), &st) == 0;
 }
 
 bool use_zerocopy(const std::vector<Device::Plane>& planes, ZeroCopy setting) {
@@ -181,14 +191,8 @@ void warn_once(const std::string& message) {
 
 uint32_t netdev_mtu(uint32_t ifindex) {
   constexpr uint32_t kEthernetMtu = 1500;
-  char name[IF_NAMESIZE] = {};
-  if (ifindex == 0 || !if_indextoname(ifindex, name)) return kEthernetMtu;
-  std::FILE* f = std::fopen((std::string("/sys/class/net/") + name + "/mtu").c_str(), "re");
-  if (!f) return kEthernetMtu;
-  unsigned long mtu = 0;
-  const bool ok = std::fscanf(f, "%lu", &mtu) == 1;
-  std::fclose(f);
-  return ok && mtu > 0 ? static_cast<uint32_t>(mtu) : kEthernetMtu;
+  const uint64_t mtu = netdev_number(ifindex, "mtu");
+  return mtu > 0 ? static_cast<uint32_t>(std::min<uint64_t>(mtu, UINT32_MAX)) : kEthernetMtu;
 }
 
 namespace {
