@@ -895,47 +895,50 @@ TEST_F(VerbsSemantics, DeregisteringTheSourceOfAnOutstandingWriteFailsIt) {
 }
 
 // The engine checks a message's memory once and then only after a
-// deregistration (MemoryRegistry::epoch): these deregister mid-transfer,
-// after chunks of the message went out or landed, so that a check skipped
-// after the deregistration would let the message succeed.
-TEST_F(VerbsSemantics, DeregisteringTheSourceMidWriteFailsItsLaterChunks) {
+// deregistration (MemoryRegistry::epoch): these deregister a region
+// mid-transfer, after chunks of the message went out or landed, so that a
+// check skipped after the deregistration would let the message succeed.
+struct MidTransferCase {
+  const char* name;
+  WrOpcode opcode;
+  bool target_host;  // deregister B's region (the WRITE's target, the READ's source), else A's
+  WcStatus expected;
+  // What the region's host must not do with it once it is deregistered.
+  uint64_t (*uses)(const transport::EndpointCounters&);
+};
+
+void PrintTo(const MidTransferCase& c, std::ostream* os) { *os << c.name; }
+
+class DeregisteredMidTransfer : public VerbsSemantics, public ::testing::WithParamInterface<MidTransferCase> {};
+
+TEST_P(DeregisteredMidTransfer, FailsTheMessageAndTouchesTheRegionNoMore) {
+  const MidTransferCase& c = GetParam();
   make(0);
-  ASSERT_EQ(a().post_send(qp_.qp_a, write(1, 0, 2 << 20, 0)), PostResult::Ok);
-  run_until([&] { return b().counters().placed_bytes > 0; });
-  ASSERT_GT(b().counters().placed_bytes, 0u);
-  ASSERT_TRUE(a().memory().deregister(akey_));
-  const uint64_t sent = a().counters().tx_data_packets;
+  const SendWr wr = c.opcode == WrOpcode::RdmaRead ? read(1, 0, 2 << 20, 0) : write(1, 0, 2 << 20, 0);
+  ASSERT_EQ(a().post_send(qp_.qp_a, wr), PostResult::Ok);
+  Endpoint& placer = c.opcode == WrOpcode::RdmaRead ? a() : b();
+  run_until([&] { return placer.counters().placed_bytes > 0; });
+  ASSERT_GT(placer.counters().placed_bytes, 0u);
+  Endpoint& host = c.target_host ? b() : a();
+  ASSERT_TRUE(host.memory().deregister(c.target_host ? bkey_ : akey_));
+  const uint64_t used = c.uses(host.counters());
   const auto done = wait(a(), qp_.cq_a, 1);
   ASSERT_EQ(done.size(), 1u);
-  EXPECT_EQ(done[0].status, WcStatus::LocalProtectionError);
-  EXPECT_EQ(a().counters().tx_data_packets, sent) << "nothing is read from the region after its deregistration";
+  EXPECT_EQ(done[0].status, c.expected);
+  EXPECT_EQ(c.uses(host.counters()), used) << "the region was used after its deregistration";
 }
 
-TEST_F(VerbsSemantics, DeregisteringTheTargetMidWriteNaksItsLaterChunks) {
-  make(0);
-  ASSERT_EQ(a().post_send(qp_.qp_a, write(1, 0, 2 << 20, 0)), PostResult::Ok);
-  run_until([&] { return b().counters().placed_bytes > 0; });
-  ASSERT_GT(b().counters().placed_bytes, 0u);
-  ASSERT_TRUE(b().memory().deregister(bkey_));
-  const uint64_t placed = b().counters().placed_bytes;
-  const auto done = wait(a(), qp_.cq_a, 1);
-  ASSERT_EQ(done.size(), 1u);
-  EXPECT_EQ(done[0].status, WcStatus::RemoteAccessError);
-  EXPECT_EQ(b().counters().placed_bytes, placed) << "nothing lands in the region after its deregistration";
-}
+uint64_t data_sent(const transport::EndpointCounters& c) { return c.tx_data_packets; }
+uint64_t bytes_placed(const transport::EndpointCounters& c) { return c.placed_bytes; }
 
-TEST_F(VerbsSemantics, DeregisteringTheSourceMidReadResponseAbandonsIt) {
-  make(0);
-  ASSERT_EQ(a().post_send(qp_.qp_a, read(1, 0, 2 << 20, 0)), PostResult::Ok);
-  run_until([&] { return a().counters().placed_bytes > 0; });
-  ASSERT_GT(a().counters().placed_bytes, 0u);
-  ASSERT_TRUE(b().memory().deregister(bkey_));
-  const uint64_t sent = b().counters().tx_data_packets;
-  const auto done = wait(a(), qp_.cq_a, 1);
-  ASSERT_EQ(done.size(), 1u);
-  EXPECT_EQ(done[0].status, WcStatus::RemoteAccessError);
-  EXPECT_EQ(b().counters().tx_data_packets, sent) << "nothing is read from the region after its deregistration";
-}
+INSTANTIATE_TEST_SUITE_P(Cases, DeregisteredMidTransfer,
+                         ::testing::Values(MidTransferCase{"write_source", WrOpcode::RdmaWrite, false,
+                                                           WcStatus::LocalProtectionError, data_sent},
+                                           MidTransferCase{"write_target", WrOpcode::RdmaWrite, true,
+                                                           WcStatus::RemoteAccessError, bytes_placed},
+                                           MidTransferCase{"read_response_source", WrOpcode::RdmaRead, true,
+                                                           WcStatus::RemoteAccessError, data_sent}),
+                         [](const auto& test_info) { return std::string(test_info.param.name); });
 
 struct AccessCase {
   const char* name;
