@@ -94,6 +94,51 @@ metaroce::transport::EndpointConfig endpoint_config(const Args& args, Security s
   return config;
 }
 
+// The bench's transfer: WRITEs of `message` bytes from source to sink, at
+// most `depth` of them posted at a time (the QP's send queue; perftest keeps
+// its tx_depth the same way), the next ones posted as completions arrive.
+class WriteStream {
+ public:
+  WriteStream(const std::vector<uint8_t>& source, uint32_t lkey, std::vector<uint8_t>& sink, uint32_t rkey,
+              size_t total, size_t message, size_t depth)
+      : source_(reinterpret_cast<uintptr_t>(source.data())),
+        sink_(reinterpret_cast<uintptr_t>(sink.data())),
+        lkey_(lkey),
+        rkey_(rkey),
+        total_(total),
+        message_(message),
+        depth_(depth),
+        messages_((total + message - 1) / message) {}
+
+  bool finished() const { return completed_ >= messages_; }
+  void completed(size_t n) { completed_ += n; }
+  // Posts what the depth allows. A refused post would leave the bench
+  // waiting for a completion that never comes: it ends the bench instead.
+  void post(Endpoint& e, uint32_t qp) {
+    for (; posted_ < messages_ && posted_ - completed_ < depth_; ++posted_) {
+      metaroce::transport::SendWr wr;
+      wr.wr_id = posted_;
+      wr.opcode = metaroce::transport::WrOpcode::RdmaWrite;
+      wr.num_sge = 1;
+      const size_t offset = posted_ * message_;
+      wr.sg[0] = {source_ + offset, static_cast<uint32_t>(std::min(message_, total_ - offset)), lkey_};
+      wr.remote_addr = sink_ + offset;
+      wr.rkey = rkey_;
+      if (e.post_send(qp, wr) != metaroce::transport::PostResult::Ok) {
+        std::fprintf(stderr, "io-loopback-bench: the engine refused WRITE %zu\n", posted_);
+        std::exit(1);
+      }
+    }
+  }
+
+ private:
+  const uintptr_t source_, sink_;
+  const uint32_t lkey_, rkey_;
+  const size_t total_, message_, depth_, messages_;
+  size_t posted_ = 0;
+  size_t completed_ = 0;
+};
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -272,39 +317,26 @@ bool run_metaroce(const Args& args, bool io_uring, bool gso, Security security, 
 
   const double cpu0 = cpu_seconds();
   const auto start = std::chrono::steady_clock::now();
-  const size_t messages = (total + message - 1) / message;
-  a->with_engine([&](Endpoint& e, Time) {
-    for (size_t i = 0; i < messages; ++i) {
-      metaroce::transport::SendWr wr;
-      wr.wr_id = i;
-      wr.opcode = metaroce::transport::WrOpcode::RdmaWrite;
-      wr.num_sge = 1;
-      const size_t offset = i * message;
-      wr.sg[0] = {reinterpret_cast<uintptr_t>(source.data()) + offset,
-                  static_cast<uint32_t>(std::min(message, total - offset)), key_a};
-      wr.remote_addr = reinterpret_cast<uintptr_t>(sink.data()) + offset;
-      wr.rkey = key_b;
-      e.post_send(qp_a, wr);
-    }
-  });
-  size_t done = 0;
+  WriteStream stream(source, key_a, sink, key_b, total, message, qp_config.max_send_wr);
+  a->with_engine([&](Endpoint& e, Time) { stream.post(e, qp_a); });
   size_t failed = 0;
   const auto deadline = start + std::chrono::seconds(300);
-  while (done < messages) {
+  while (!stream.finished()) {
     const uint64_t seen = waiter.signals();
     a->with_engine([&](Endpoint& e, Time) {
       Completion batch[64];
       while (size_t n = e.poll_cq(cq_a, batch)) {
         for (size_t i = 0; i < n; ++i) failed += batch[i].status != metaroce::transport::WcStatus::Success;
-        done += n;
+        stream.completed(n);
       }
+      stream.post(e, qp_a);
     });
-    if (done >= messages) break;
+    if (stream.finished()) break;
     if (!waiter.wait_change(seen, deadline)) break;
   }
   const double wall = seconds_since(start);
   const double cpu = cpu_seconds() - cpu0;
-  const bool intact = done == messages && failed == 0 && std::memcmp(source.data(), sink.data(), total) == 0;
+  const bool intact = stream.finished() && failed == 0 && std::memcmp(source.data(), sink.data(), total) == 0;
   const RuntimeStats sa = a->stats();
   const RuntimeStats sb = b->stats();
   const auto ca = a->with_engine([](Endpoint& e, Time) { return e.counters(); });
@@ -397,24 +429,12 @@ bool run_engine_only(const Args& args, Security security, std::vector<uint8_t>& 
   const Time delay = args.wire_delay_us * 1000;
   const double cpu0 = cpu_seconds();
   const auto start = std::chrono::steady_clock::now();
-  const size_t messages = (total + message - 1) / message;
-  for (size_t i = 0; i < messages; ++i) {
-    SendWr wr;
-    wr.wr_id = i;
-    wr.opcode = WrOpcode::RdmaWrite;
-    wr.num_sge = 1;
-    const size_t offset = i * message;
-    wr.sg[0] = {reinterpret_cast<uintptr_t>(source.data()) + offset,
-                static_cast<uint32_t>(std::min(message, total - offset)), key_a};
-    wr.remote_addr = reinterpret_cast<uintptr_t>(sink.data()) + offset;
-    wr.rkey = key_b;
-    a.post_send(qp_a, wr);
-  }
+  WriteStream stream(source, key_a, sink, key_b, total, message, qp_config.max_send_wr);
+  stream.post(a, qp_a);
   Time now = 1'000'000;
-  size_t done = 0;
   uint64_t datagrams = 0;
   Completion batch[64];
-  for (uint64_t step = 0; done < messages && step < 100'000'000; ++step) {
+  for (uint64_t step = 0; !stream.finished() && step < 100'000'000; ++step) {
     bool moved = false;
     while (!a_to_b.full()) {
       auto d = a.poll_transmit(now, a_to_b.slot());
@@ -431,7 +451,11 @@ bool run_engine_only(const Args& args, Security security, std::vector<uint8_t>& 
     }
     for (; a_to_b.arrived(now); a_to_b.pop(), moved = true) b.on_datagram(now, 1, a_to_b.front(), false);
     for (; b_to_a.arrived(now); b_to_a.pop(), moved = true) a.on_datagram(now, 2, b_to_a.front(), false);
-    while (size_t n = a.poll_cq(cq_a, batch)) done += n;
+    while (size_t n = a.poll_cq(cq_a, batch)) {
+      stream.completed(n);
+      moved = true;
+    }
+    stream.post(a, qp_a);
     if (moved) continue;
     // As a driver does: each side's wake-up asked once per idle turn.
     const Time wake_a = a.next_wakeup();
@@ -444,7 +468,7 @@ bool run_engine_only(const Args& args, Security security, std::vector<uint8_t>& 
   }
   const double wall = seconds_since(start);
   const double cpu = cpu_seconds() - cpu0;
-  const bool intact = done == messages && std::memcmp(source.data(), sink.data(), total) == 0;
+  const bool intact = stream.finished() && std::memcmp(source.data(), sink.data(), total) == 0;
   std::printf(
       "{\"bench\":\"io_loopback\",\"case\":\"engine-only\",\"security\":\"%s\",\"bytes\":%zu,\"mtu\":%u,\"paths\":%u,"
       "\"intact\":%s,\"seconds\":%.4f,\"goodput_gbps\":%.2f,\"cpu_seconds\":%.3f,\"cpu_ns_per_byte\":%.3f,"
