@@ -75,6 +75,17 @@ bool MemoryRegistry::read_guarded(void* dst, uint64_t addr, size_t length) const
   return true;
 }
 
+bool MemoryRegistry::remote_chunk_ok(uint64_t& passed_at, uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t whole,
+                                     uint64_t offset, uint64_t length, uint32_t required) const {
+  const bool within = offset + length <= whole;
+  if (within && passed_at == epoch_) return true;
+  if (within && check_remote(rkey, pd, addr, whole, required) == AccessCheck::Ok) {
+    passed_at = epoch_;
+    return true;
+  }
+  return check_remote(rkey, pd, addr + offset, length, required) == AccessCheck::Ok;
+}
+
 AccessCheck MemoryRegistry::check_remote(uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t length,
                                          uint32_t required) const {
   const MemoryRegion* mr = find(rkey);

@@ -52,6 +52,12 @@ class MemoryRegistry {
 
   // A peer's access to [addr, addr+length) with `required` (kAccessRemote*).
   AccessCheck check_remote(uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t length, uint32_t required) const;
+  // A peer's access to `length` bytes at `offset` into a message's remote
+  // range [addr, addr+whole): the whole range is checked, and its pass kept
+  // in `passed_at` (an epoch) so that later chunks need no check until a
+  // deregistration; a range that fails as a whole is checked chunk by chunk.
+  bool remote_chunk_ok(uint64_t& passed_at, uint32_t rkey, uint32_t pd, uint64_t addr, uint64_t whole, uint64_t offset,
+                       uint64_t length, uint32_t required) const;
   // A local work request's buffer; need_write asks for kAccessLocalWrite.
   AccessCheck check_local(uint32_t lkey, uint32_t pd, uint64_t addr, uint64_t length, bool need_write) const;
   AccessCheck check_sges(std::span<const Sge> sges, uint32_t pd, bool need_write) const;

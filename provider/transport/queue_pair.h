@@ -168,8 +168,6 @@ class QueuePair final : public QueuePairCommon {
   void write_chunk(uint32_t msn, uint64_t dest, std::span<const uint8_t> payload);
   bool defer_tail(const wire::Packet& packet, const InboundMessage& message, uint32_t chunk) const;
   std::optional<RequestFailure> write_tail(uint32_t msn, InboundMessage& message);
-  // The `bytes` a WRITE packet carries may be written where it says.
-  bool target_writable(const wire::DataHeader& header, InboundMessage& message, size_t bytes);
   std::optional<RequestFailure> place_request_chunk(const wire::Packet& packet, InboundMessage& message,
                                                     uint32_t chunk);
   Verdict on_duplicate_request(const wire::Packet& packet);

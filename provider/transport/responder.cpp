@@ -45,17 +45,10 @@ bool QueuePair::source_readable(const ChunkRef& ref) {
   const uint32_t bytes = payload_of(*m, ref.chunk);
   if (bytes == 0) return true;
   const MemoryRegistry& memory = endpoint_.memory();
+  if (m->uses_source_addr)
+    return memory.remote_chunk_ok(m->sources_readable_at, m->source_rkey, pd_, m->source_addr, m->length,
+                                  uint64_t{ref.chunk} * mtu(), bytes, kAccessRemoteRead);
   if (m->sources_readable_at == memory.epoch()) return true;
-  if (m->uses_source_addr) {
-    if (memory.check_remote(m->source_rkey, pd_, m->source_addr, m->length, kAccessRemoteRead) == AccessCheck::Ok) {
-      m->sources_readable_at = memory.epoch();
-      return true;
-    }
-    // Some of the response may still be readable: this chunk's bytes decide.
-    const uint64_t offset = uint64_t{ref.chunk} * mtu();
-    return memory.check_remote(m->source_rkey, pd_, m->source_addr + offset, bytes, kAccessRemoteRead) ==
-           AccessCheck::Ok;
-  }
   if (memory.check_sges(sges_of(*m), pd_, false) != AccessCheck::Ok) return false;
   m->sources_readable_at = memory.epoch();
   return true;
@@ -248,25 +241,15 @@ void QueuePair::write_chunk(uint32_t msn, uint64_t dest, std::span<const uint8_t
     std::memcpy(reinterpret_cast<void*>(static_cast<uintptr_t>(at)), payload.data() + (at - dest), end - at);
 }
 
-bool QueuePair::target_writable(const wire::DataHeader& h, InboundMessage& m, size_t bytes) {
-  // Checked for every packet, since the region may have been deregistered
-  // meanwhile; the whole WRITE's range once per deregistration (the
-  // packet's rkey and address are the message's, on_request checked).
-  const MemoryRegistry& memory = endpoint_.memory();
-  const bool within = h.offset + bytes <= m.length;
-  if (within && m.target_writable_at == memory.epoch()) return true;
-  if (within && memory.check_remote(m.rkey, pd_, m.remote_addr, m.length, kAccessRemoteWrite) == AccessCheck::Ok) {
-    m.target_writable_at = memory.epoch();
-    return true;
-  }
-  return memory.check_remote(h.rkey, pd_, h.remote_addr + h.offset, bytes, kAccessRemoteWrite) == AccessCheck::Ok;
-}
-
 std::optional<RequestFailure> QueuePair::place_request_chunk(const wire::Packet& p, InboundMessage& m, uint32_t chunk) {
   const wire::DataHeader& h = p.data;
   if (!p.payload.empty()) {
     if (h.opcode == wire::Opcode::Write || h.opcode == wire::Opcode::WriteImm) {
-      if (!target_writable(h, m, p.payload.size())) return RequestFailure{wire::NakKind::RemoteAccess};
+      // Checked for every packet, since the region may have been deregistered
+      // meanwhile (the packet's rkey and address are the message's: on_request).
+      if (!endpoint_.memory().remote_chunk_ok(m.target_writable_at, m.rkey, pd_, m.remote_addr, m.length, h.offset,
+                                              p.payload.size(), kAccessRemoteWrite))
+        return RequestFailure{wire::NakKind::RemoteAccess};
       if (defer_tail(p, m, chunk)) {
         m.deferred_tail.assign(p.payload.begin(), p.payload.end());
         ++endpoint_.counters_.write_tails_deferred;
