@@ -235,7 +235,10 @@ uint16_t Connection::reply_path(Time now) {
   return reply_cursor_;
 }
 
-Time Connection::activity_window() const { return 4 * endpoint_.config().base_rtt_ns + endpoint_.ack_delay(); }
+// Short, so that the rate hint follows peers that start or stop sending
+// within about two RTTs: with four base RTTs the simulator's 64-node
+// all-to-all built queues twice as deep and took 3% longer (docs/scale.md).
+Time Connection::activity_window() const { return 2 * endpoint_.config().base_rtt_ns + endpoint_.ack_delay(); }
 
 bool Connection::sending_to_us(Time now) const { return any_data_rx_ && now - last_data_rx_ <= activity_window(); }
 

@@ -224,7 +224,7 @@ class Connection {
   size_t send_rewind(Time now, SendPath& path, std::span<uint8_t> out);
   size_t send_ack(Time now, std::span<uint8_t> out, uint16_t& path_id);
   bool ack_due(Time now) const;
-  Time activity_window() const;  // 4 base RTTs + ACK delay
+  Time activity_window() const;  // 2 base RTTs + ACK delay
   void count_rx_bytes(Time now, uint64_t bytes);
   uint32_t rate_hint_mbps(Time now) const;
 

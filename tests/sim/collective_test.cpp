@@ -80,6 +80,21 @@ TEST(Collective, AllToAllSprayingBeatsEcmpOnALosslessFabric) {
   EXPECT_EQ(meta.fabric.pause_frames, 0u);
 }
 
+TEST(CollectiveBudget, AllToAllKeepsItsQueuesShort) {
+  // 32 servers (4 leaves of 8, 8 spines per plane), 4 planes, 256 KiB to
+  // each peer: every receiver's rate hint divides its NICs among the peers
+  // sending to it now, so the queues stay near the ECN threshold (100 kB).
+  // A receiver that counts a peer as sending for four base RTTs instead of
+  // two lets queues of 300 kB and more build here.
+  CollectiveSpec spec = small(ClusterTransport::MetaRoCE, Workload::AllToAll, 8 << 20, 4);
+  spec.cluster.fabric.hosts_per_leaf = 8;
+  spec.cluster.fabric.spines = 8;
+  spec.cluster.nodes = 32;
+  const CollectiveResult r = run_collective(spec);
+  ASSERT_TRUE(r.completed && r.data_intact);
+  EXPECT_LT(r.fabric.max_switch_queue_bytes, 200'000u);
+}
+
 TEST(Collective, IncastThatOverflowsTheLastHopRecoversPromptly) {
   // 15 senders' first windows (4 paths x one BDP each) overflow the
   // receiver's 1 MiB port; what was lost must be resent at once, not after
