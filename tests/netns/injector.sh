@@ -40,9 +40,9 @@ injected_of() { grep -h '"injector"' "$1" | json - "d[\"injector\"][\"$2\"]"; }
 # drops of every CPU (softnet_stat is not per namespace; nothing else runs
 # during the test).
 never_read() {
-    local udp backlog=0 processed dropped rest
-    udp=$(ip netns exec "${PREFIX}-$1" awk '/^Udp:/ { if (seen) print $3 + $4; seen = 1 }' /proc/net/snmp)
-    while read -r processed dropped rest; do backlog=$((backlog + 16#$dropped)); done </proc/net/softnet_stat
+    local udp backlog=0 dropped
+    udp=$(ip netns exec "${PREFIX}-$1" cat /proc/net/snmp | awk '/^Udp:/ { if (seen) print $3 + $4; seen = 1 }')
+    while read -r _ dropped _; do backlog=$((backlog + 16#$dropped)); done </proc/net/softnet_stat
     echo $((udp + backlog))
 }
 # sniffing HOST: a packet socket is open in HOST's namespace (the injector's:
@@ -61,7 +61,7 @@ for t in write read send; do
     ip netns exec "${PREFIX}-h1" "$INJECTOR" --dest "$h0" --every 8 --max 20000 --seconds 100 --seed 2 \
         >"$WORK/inj-h1" 2>&1 &
     inj1=$!
-    unread0=($(never_read h0) $(never_read h1))
+    read -r -a unread0 <<<"$(never_read h0) $(never_read h1)"
     wait_until 30 sniffing h0 && wait_until 30 sniffing h1 ||
         { cat "$WORK/inj-h0" "$WORK/inj-h1" >&2; fail "$t: the injectors did not start"; }
     timeout 120 ip netns exec "${PREFIX}-h1" "$RUN" --dev mr0=eth0 \
@@ -76,7 +76,7 @@ for t in write read send; do
     wait "$inj0" "$inj1" || true
     grep -q '"verified":true' "$WORK/client" || { cat "$WORK/client" >&2; fail "$t: data not verified"; }
 
-    unread1=($(never_read h0) $(never_read h1))
+    read -r -a unread1 <<<"$(never_read h0) $(never_read h1)"
 
     # Injected at each host = counted as dropped by its peer.
     for pair in "h0 client server h1 1" "h1 server client h0 0"; do
