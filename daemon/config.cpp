@@ -219,8 +219,9 @@ void read(Reader& r, const toml::table& root, Config& c) {
   }
   read_named_tables(r, root, "devices", "an RDMA device, e.g. [devices.mr0]", 63,
                     [&](const std::string& name, const toml::table& d) {
-                      r.check_keys(d, "devices." + name, {"busy_poll_us", "planes"});
+                      r.check_keys(d, "devices." + name, {"busy_poll_us", "progress_threads", "planes"});
                       r.integer(d, "busy_poll_us", 0, ctl::kMaxBusyPollUs, c.devices[name].busy_poll_us);
+                      r.integer(d, "progress_threads", 1, ctl::kMaxProgressThreads, c.devices[name].progress_threads);
                       std::vector<std::string>& planes = c.devices[name].planes;
                       read_netdevs(r, d, planes);
                       if (planes.size() > ctl::kMaxPlanes)

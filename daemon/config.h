@@ -47,6 +47,10 @@ struct DeviceConfig {
   // The provider's progress thread polls without sleeping this long after
   // its last work (METAROCE_BUSY_POLL_US, which overrides it).
   std::optional<uint32_t> busy_poll_us;
+  // Progress threads per context of this device, 1..16
+  // (METAROCE_PROGRESS_THREADS, which overrides it). Unset: the provider's
+  // default.
+  std::optional<uint32_t> progress_threads;
   // The device's network planes, one netdev each (docs/verbs.md, "Planes"):
   // the first must be the device's own netdev. Empty: the netdevs the device
   // was given (one for a kernel device).

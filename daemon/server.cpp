@@ -314,6 +314,7 @@ nlohmann::json Server::lease(Client& c, const nlohmann::json& body) {
   r["security"] = config_.security.mode;
   if (auto d = config_.devices.find(body.value("device", std::string())); d != config_.devices.end()) {
     if (d->second.busy_poll_us) r["busy_poll_us"] = *d->second.busy_poll_us;
+    if (d->second.progress_threads) r["progress_threads"] = *d->second.progress_threads;
     if (!d->second.planes.empty()) r["planes"] = d->second.planes;
   }
   return r;

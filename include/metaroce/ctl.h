@@ -16,12 +16,12 @@
 //           home_port?, block_first?,                  block_first, block_size,
 //           device?}                                   policy, stats_interval_ms,
 //                                                      security?, busy_poll_us?,
-//                                                      planes?}
+//                                                      progress_threads?, planes?}
 //   (security: "integrity" (also when absent), "authenticate" or "encrypt",
 //    the cluster's mode; docs/spec.md section 9)
-//   (device: the RDMA device the context opened, e.g. mr0; busy_poll_us and
-//    planes (netdev names, the device's own first): that device's settings
-//    in [devices.NAME], when it has them)
+//   (device: the RDMA device the context opened, e.g. mr0; busy_poll_us,
+//    progress_threads and planes (netdev names, the device's own first):
+//    that device's settings in [devices.NAME], when it has them)
 //   (without paths, the daemon's paths_per_connection; home_port: the one
 //    the kernel module gave the context; home_port + block_first: what a
 //    context held before the daemon restarted; both reserved as they are)
@@ -69,6 +69,9 @@ inline constexpr const char* kSocketEnv = "METAROCE_DAEMON_SOCKET";
 // The longest busy-poll window, in microseconds (METAROCE_BUSY_POLL_US and
 // metaroced's [devices.NAME] busy_poll_us).
 inline constexpr uint32_t kMaxBusyPollUs = 1'000'000;
+// The most progress threads per device context (METAROCE_PROGRESS_THREADS
+// and metaroced's [devices.NAME] progress_threads).
+inline constexpr uint32_t kMaxProgressThreads = 16;
 // The most network planes (netdevs) one device spans (metaroced's
 // [devices.NAME] planes, the provider's "eth0,eth1" devices).
 inline constexpr size_t kMaxPlanes = 8;
@@ -317,6 +320,7 @@ inline bool validate(Type type, const nlohmann::json& body, std::string& error) 
           !get_uint(body, "block_first", 1, 65535, true, u, error) ||
           !get_uint(body, "block_size", 1, 65535, true, u, error) || !get_ports(body, "source_ports", 1, error) ||
           !get_security(body, error) || !get_uint(body, "busy_poll_us", 0, kMaxBusyPollUs, false, u, error) ||
+          !get_uint(body, "progress_threads", 1, kMaxProgressThreads, false, u, error) ||
           !get_netdevs(body, "planes", error))
         return false;
       Policy policy;

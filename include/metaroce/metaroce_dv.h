@@ -104,8 +104,14 @@ struct ibv_context* metaroce_dv_open(struct ibv_device* device, const struct met
 bool metaroce_dv_is_metaroce_device(struct ibv_device* device);
 bool metaroce_dv_is_metaroce_context(struct ibv_context* context);
 
-// The UDP home port of an open context (0 if not a MetaRoCE context).
+// The UDP home port of an open context (0 if not a MetaRoCE context): its
+// first progress thread's.
 uint16_t metaroce_dv_home_port(struct ibv_context* context);
+
+// The progress threads of an open context (METAROCE_PROGRESS_THREADS), each
+// with its own home port and its share of the QPs; 0 if not a MetaRoCE
+// context.
+int metaroce_dv_progress_threads(struct ibv_context* context);
 
 // One plane of an open context and the traffic its paths sent, over every
 // connection of the context (metaroce_dv_query_planes).

@@ -485,7 +485,7 @@ bool RuntimeImpl::start(std::string& error) {
         std::to_string(config.planes) + " planes need at least as many paths (" + std::to_string(config.paths) + ")";
     return false;
   }
-  engine_ = std::make_unique<transport::Endpoint>(config);
+  engine_ = std::make_unique<transport::Endpoint>(config, options_.memory);
   engine_->memory().set_guarded_read(&guarded_read);
   engine_->set_completion_observer([this](uint32_t cq) { completion_pushed(cq); });
   PeerKey own_key;

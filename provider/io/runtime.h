@@ -68,6 +68,9 @@ struct RuntimeOptions {
   // Paths (source ports). Each path socket binds an ephemeral port chosen by
   // the kernel, so concurrent processes never collide.
   transport::EndpointConfig endpoint;  // endpoint.paths, mtu, timers; home_port is filled in
+  // The engine's memory-region table when it shares one with other
+  // runtimes (transport::Endpoint's constructor); null: its own.
+  std::shared_ptr<transport::MemoryRegistry> memory;
   // When not empty, path i binds path_source_ports[i] instead of an
   // ephemeral port (ports leased from the daemon, so that contexts never
   // collide and discovery can choose ports that cover the fabric's paths);

@@ -47,8 +47,11 @@ struct Endpoint::CompletionQueue {
   RingQueue<Completion> entries;
 };
 
-Endpoint::Endpoint(const EndpointConfig& config)
-    : config_(config), epoch_(epoch_of(config)), memory_(splitmix64_mix(seed_of(config) ^ 0x6b657973)) {
+Endpoint::Endpoint(const EndpointConfig& config, std::shared_ptr<MemoryRegistry> memory)
+    : config_(config),
+      epoch_(epoch_of(config)),
+      memory_(memory ? std::move(memory)
+                     : std::make_shared<MemoryRegistry>(splitmix64_mix(seed_of(config) ^ 0x6b657973))) {
   config_.mtu = std::clamp<uint32_t>(config_.mtu, 256, 65536 - 128);
   if (config_.profile == Profile::RoCEv2) config_.paths = 1;
   config_.paths = std::clamp<uint16_t>(config_.paths, 1, wire::kMaxPaths);

@@ -79,7 +79,9 @@ struct TxDatagram {
 
 class Endpoint {
  public:
-  explicit Endpoint(const EndpointConfig& config);
+  // `memory`: the memory-region table, when several endpoints share one (a
+  // device context's progress threads, docs/verbs.md); null: its own.
+  explicit Endpoint(const EndpointConfig& config, std::shared_ptr<MemoryRegistry> memory = nullptr);
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;
   Endpoint& operator=(const Endpoint&) = delete;
@@ -89,11 +91,13 @@ class Endpoint {
   uint32_t epoch() const { return epoch_; }
 
   // --- memory -------------------------------------------------------------
-  MemoryRegistry& memory() { return memory_; }
+  MemoryRegistry& memory() { return *memory_; }
 
   // --- completion queues --------------------------------------------------
   uint32_t create_cq(uint32_t capacity);
   PostResult destroy_cq(uint32_t cq);
+  // True while a QP of this endpoint uses the CQ (destroy_cq refuses).
+  bool cq_in_use(uint32_t cq) const;
   // Moves up to out.size() completions into out; returns how many.
   size_t poll_cq(uint32_t cq, std::span<Completion> out);
   // Completions waiting in the CQ.
@@ -273,14 +277,13 @@ class Endpoint {
   void deliver_completion(uint32_t cq, const Completion& completion);
   UdQueuePair* find_ud_qp(uint32_t qpn) const;
   bool qpn_taken(uint32_t qpn) const;
-  bool cq_in_use(uint32_t cq) const;
   void notify(const AsyncEvent& event) {
     if (async_observer_) async_observer_(event);
   }
 
   EndpointConfig config_;
   uint32_t epoch_ = 0;
-  MemoryRegistry memory_;
+  std::shared_ptr<MemoryRegistry> memory_;
   EndpointCounters counters_;
   struct CompletionQueue;
   std::unordered_map<uint32_t, std::unique_ptr<CompletionQueue>> cqs_;

@@ -68,12 +68,12 @@ int destroy_ah(ibv_ah* ah) {
   return 0;
 }
 
-transport::PeerId ud_peer(Context& ctx, const Ah& ah, uint32_t remote_qpn) {
+transport::PeerId ud_peer(const Qp& qp, const Ah& ah, uint32_t remote_qpn) {
   sockaddr_storage destination = ah.address;
   const uint16_t port = htons(home_port_of_qpn(remote_qpn));
   if (destination.ss_family == AF_INET) reinterpret_cast<sockaddr_in&>(destination).sin_port = port;
   else reinterpret_cast<sockaddr_in6&>(destination).sin6_port = port;
-  return ctx.runtime->peer_for(destination);
+  return qp.shard->runtime->peer_for(destination);
 }
 
 }  // namespace metaroce::verbs

@@ -105,15 +105,15 @@ void report_retry_exhaustion(const std::string& device, uint32_t qpn, const tran
 
 }  // namespace
 
-void Context::on_async_event(const transport::Endpoint& e, const transport::AsyncEvent& event) {
+void Context::on_async_event(Shard& shard, const transport::Endpoint& e, const transport::AsyncEvent& event) {
   switch (event.kind) {
     case transport::AsyncEventKind::QpFatal:
     case transport::AsyncEventKind::QpLastWqeReached: {
       if (event.kind == transport::AsyncEventKind::QpFatal)
         if (const transport::RetryExhaustion* r = e.retry_exhaustion(event.object))
           report_retry_exhaustion(device->name, event.object, *r);
-      auto it = qps.find(event.object);
-      if (it == qps.end()) return;
+      auto it = shard.qps.find(event.object);
+      if (it == shard.qps.end()) return;
       Qp* qp = it->second;
       qp->events.written.fetch_add(1, std::memory_order_acq_rel);
       post_async_event(reinterpret_cast<uintptr_t>(&qp->vqp.qp), event.kind == transport::AsyncEventKind::QpFatal
@@ -122,8 +122,8 @@ void Context::on_async_event(const transport::Endpoint& e, const transport::Asyn
       return;
     }
     case transport::AsyncEventKind::SrqLimitReached: {
-      auto it = srqs.find(event.object);
-      if (it == srqs.end()) return;
+      auto it = shard.srqs.find(event.object);
+      if (it == shard.srqs.end()) return;
       Srq* srq = it->second;
       srq->events.written.fetch_add(1, std::memory_order_acq_rel);
       post_async_event(reinterpret_cast<uintptr_t>(&srq->ibv), IBV_EVENT_SRQ_LIMIT_REACHED);

@@ -6,17 +6,20 @@
 // and at close the stats dump (stats_dump.cpp). The device, port and GID
 // queries are in query.cpp.
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "metaroce/abi.h"
+#include "metaroce/splitmix64.h"
 #include "context_options.h"
 #include "daemon_client.h"
 #include "exit_flush.h"
@@ -64,6 +67,15 @@ const verbs_context_ops kContextOps = [] {
   return ops;
 }();
 
+// The seed of the context's memory keys: fresh randomness, so that a peer
+// cannot predict the keys of a process it did not learn them from.
+uint64_t key_seed() {
+  uint64_t seed = 0;
+  if (::getrandom(&seed, sizeof seed, 0) != sizeof seed)
+    seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  return splitmix64_mix(seed);
+}
+
 }  // namespace
 
 Context* context_of(ibv_context* context) {
@@ -104,32 +116,51 @@ void Context::on_completion(uint32_t cq) {
   }
 }
 
-bool Context::route_peer(transport::PeerId peer, const sockaddr_storage& address) {
-  if (!daemon || peer == 0) return true;
-  std::lock_guard<std::mutex> lock(routing_mutex);  // a second QP to the peer waits for the first's ports
-  const wire::Security security = engine([](transport::Endpoint& e) { return e.config().security; });
-  if (security != wire::Security::Integrity && !keyed_peers.count(peer)) {
+void Context::with_all_engines(const std::function<void(std::span<transport::Endpoint* const>)>& fn) {
+  std::vector<transport::Endpoint*> engines;
+  engines.reserve(shards.size());
+  // Each shard's lock is taken inside the previous one's.
+  std::function<void(size_t)> lock_from = [&](size_t k) {
+    if (k == shards.size()) {
+      fn(engines);
+      return;
+    }
+    shards[k]->engine([&](transport::Endpoint& e) {
+      engines.push_back(&e);
+      lock_from(k + 1);
+    });
+  };
+  lock_from(0);
+}
+
+Shard& Context::pick_shard() { return *shards[next_shard.fetch_add(1, std::memory_order_relaxed) % shards.size()]; }
+
+bool Context::route_peer(Shard& shard, transport::PeerId peer, const sockaddr_storage& address) {
+  if (!shard.daemon || peer == 0) return true;
+  std::lock_guard<std::mutex> lock(shard.routing_mutex);  // a second QP to the peer waits for the first's ports
+  const wire::Security security = shard.engine([](transport::Endpoint& e) { return e.config().security; });
+  if (security != wire::Security::Integrity && !shard.keyed_peers.count(peer)) {
     std::string error;
-    const std::optional<PeerKey> key = daemon->peer_key(home_port, address, error);
+    const std::optional<PeerKey> key = shard.daemon->peer_key(shard.home_port, address, error);
     if (!key) {
       std::fprintf(stderr, "metaroce: %s: no key for a peer in %s mode (%s)\n", device->name.c_str(),
                    wire::to_string(security), error.c_str());
       return false;
     }
-    engine([&](transport::Endpoint& e) {
+    shard.engine([&](transport::Endpoint& e) {
       e.set_peer_key(peer, key->key, key->role);
       return 0;
     });
-    keyed_peers.insert(peer);
+    shard.keyed_peers.insert(peer);
   }
-  if (!routed_peers.insert(peer).second) return true;
+  if (!shard.routed_peers.insert(peer).second) return true;
   std::string error;
-  const std::optional<PeerPorts> ports = daemon->peer_ports(home_port, address, paths, error);
+  const std::optional<PeerPorts> ports = shard.daemon->peer_ports(shard.home_port, address, paths, error);
   if (!ports) {
     warn_once("metaroced gave no source ports for a peer (" + error + "); using the default ports");
     return true;
   }
-  if (!ports->source_ports.empty() && !runtime->route_peer(peer, ports->source_ports, error))
+  if (!ports->source_ports.empty() && !shard.runtime->route_peer(peer, ports->source_ports, error))
     warn_once("cannot use the source ports metaroced discovered for a peer (" + error + "); using the default ports");
   return true;
 }
@@ -196,23 +227,24 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
   std::string error;
   impl->planes.push_back({dev->netdev, dev->address_text, dev->address, dev->ifindex});
   impl->planes.insert(impl->planes.end(), dev->more_planes.begin(), dev->more_planes.end());
-  impl->runtime = start_runtime(*dev, o, impl->planes, impl->daemon, error);
+  impl->memory = std::make_shared<transport::MemoryRegistry>(key_seed());
+  const bool started = start_shards(*dev, o, impl->planes, impl->memory, impl->shards, error);
   int fds[2] = {-1, -1};
-  if (!impl->runtime || ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
-    const int saved = impl->runtime ? errno : EADDRNOTAVAIL;
-    if (!impl->runtime) std::fprintf(stderr, "metaroce: %s: %s\n", dev->name.c_str(), error.c_str());
+  if (!started || ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+    const int saved = started ? errno : EADDRNOTAVAIL;
+    if (!started) std::fprintf(stderr, "metaroce: %s: %s\n", dev->name.c_str(), error.c_str());
     impl.reset();
     verbs_uninit_context(&alloc->vctx);
     std::free(alloc);
     errno = saved;
     return nullptr;
   }
-  impl->home_port = impl->runtime->home_port();
+  impl->home_port = impl->shards.front()->home_port;
   impl->mtu = std::clamp<uint32_t>(o.mtu, 256, 65000);
   impl->active_mtu = static_cast<ibv_mtu>(metaroce_ib_mtu_not_above(impl->mtu));
   // metaroced may have chosen the number of paths.
   if (o.profile != transport::Profile::RoCEv2)
-    impl->paths = impl->runtime->with_engine([](transport::Endpoint& e, transport::Time) { return e.config().paths; });
+    impl->paths = impl->shards.front()->engine([](transport::Endpoint& e) { return e.config().paths; });
   // async_fd: one way of a Unix stream socket pair (a pipe the provider can
   // also read without blocking, whatever flags the application gives
   // async_fd) that ibv_get_async_event() reads and poll/epoll can watch; the
@@ -235,11 +267,13 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
   if (impl->planes.size() > 1) {
     std::vector<uint32_t> ifindexes;
     for (const Device::Plane& plane : impl->planes) ifindexes.push_back(plane.ifindex);
-    io::Runtime* runtime = impl->runtime.get();
+    Context* context = impl.get();
     impl->plane_monitor = io::PlaneMonitor::start(
         std::move(ifindexes),
-        [runtime](uint16_t plane, bool up) {
-          runtime->with_engine([&](transport::Endpoint& e, transport::Time now) { e.set_plane_up(now, plane, up); });
+        [context](uint16_t plane, bool up) {
+          for (const std::unique_ptr<Shard>& shard : context->shards)
+            shard->runtime->with_engine(
+                [&](transport::Endpoint& e, transport::Time now) { e.set_plane_up(now, plane, up); });
         },
         error);
     // Without it a plane that fails is still drained, by its paths' timeouts.
@@ -249,11 +283,15 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
   Context* raw = impl.release();
   alloc->impl = raw;
   verbs_set_ops(&alloc->vctx, &kContextOps);
-  raw->runtime->set_completion_listener([raw](uint32_t cq) { raw->on_completion(cq); });
-  watch_at_exit(raw->runtime.get());
-  raw->engine([raw](transport::Endpoint& e) {
-    e.set_async_observer([raw, &e](const transport::AsyncEvent& event) { raw->on_async_event(e, event); });
-  });
+  for (const std::unique_ptr<Shard>& s : raw->shards) {
+    Shard* shard = s.get();
+    shard->runtime->set_completion_listener([raw](uint32_t cq) { raw->on_completion(cq); });
+    watch_at_exit(shard->runtime.get());
+    shard->engine([raw, shard](transport::Endpoint& e) {
+      e.set_async_observer(
+          [raw, shard, &e](const transport::AsyncEvent& event) { raw->on_async_event(*shard, e, event); });
+    });
+  }
   return &alloc->vctx;
 }
 
@@ -261,10 +299,12 @@ void free_context(ibv_context* context) {
   auto* alloc = reinterpret_cast<ContextAlloc*>(reinterpret_cast<char*>(context) - offsetof(verbs_context, context));
   Context* impl = alloc->impl;
   dump_stats(*impl);
-  unwatch_at_exit(impl->runtime.get());
-  impl->plane_monitor.reset();  // its thread uses the runtime
-  impl->daemon.reset();         // its thread uses the runtime
-  impl->runtime.reset();        // stops the progress thread first
+  for (const std::unique_ptr<Shard>& shard : impl->shards) unwatch_at_exit(shard->runtime.get());
+  impl->plane_monitor.reset();  // its thread uses the runtimes
+  for (const std::unique_ptr<Shard>& shard : impl->shards) {
+    shard->daemon.reset();   // its thread uses the runtime
+    shard->runtime.reset();  // stops the progress thread first
+  }
   impl->kernel_events.reset();  // writes to async_write_fd
   if (impl->async_write_fd >= 0) ::close(impl->async_write_fd);
   delete impl;

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 #include "context_options.h"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -29,6 +32,12 @@ bool bad_env(const char* name, const char* value) {
 }
 
 }  // namespace
+
+uint32_t default_progress_threads() {
+  cpu_set_t cpus;
+  const int cores = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  return static_cast<uint32_t>(std::clamp(cores / 8, 1, 4));
+}
 
 bool options_from_env(Options& o) {
   unsigned long v = 0;
@@ -68,6 +77,10 @@ bool options_from_env(Options& o) {
     if (!parse_unsigned(s, 0, ctl::kMaxBusyPollUs, v)) return bad_env("METAROCE_BUSY_POLL_US", s);
     o.busy_poll_ns = v * 1000;
     o.busy_poll_explicit = true;
+  }
+  if (const char* s = std::getenv("METAROCE_PROGRESS_THREADS")) {
+    if (!parse_unsigned(s, 1, ctl::kMaxProgressThreads, v)) return bad_env("METAROCE_PROGRESS_THREADS", s);
+    o.progress_threads = static_cast<uint32_t>(v);
   }
   if (const char* s = std::getenv("METAROCE_PROGRESS_SLICE_US")) {
     constexpr unsigned long kMin = io::kMinSchedulerSliceNs / 1000, kMax = io::kMaxSchedulerSliceNs / 1000;

@@ -36,6 +36,10 @@ struct Options {
   uint64_t progress_slice_ns = io::kProgressSliceNs;  // RuntimeOptions::progress_slice_ns
   uint64_t busy_poll_ns = 0;                          // RuntimeOptions::busy_poll_ns
   bool busy_poll_explicit = false;                    // set by METAROCE_BUSY_POLL_US, else metaroced's [devices.NAME]
+  // Progress threads (shards) of the context: METAROCE_PROGRESS_THREADS,
+  // else metaroced's [devices.NAME] progress_threads, else
+  // default_progress_threads(); 0 until one of them sets it.
+  uint32_t progress_threads = 0;
   // The engine's defaults suit a datacenter NIC (8 us RTT). Over kernel
   // UDP the host adds tens of microseconds and, on a busy host, scheduling
   // delays of a millisecond or more that are not congestion: a larger base
@@ -62,6 +66,11 @@ struct Options {
   bool use_daemon = true;
   std::string traffic_class;
 };
+
+// One progress thread per 8 cores this process may run on, 1 to 4: each
+// thread wants a core of its own while the application's threads run on
+// others, and a context that talks to few peers gains nothing from more.
+uint32_t default_progress_threads();
 
 // Reads the METAROCE_* variables into `o`; false (errno EINVAL, and one line
 // on stderr naming the variable) when one is invalid.

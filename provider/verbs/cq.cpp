@@ -61,8 +61,24 @@ void found_nothing(const Context& ctx) {
   if (every != 0 && ++empty % every == 0) sched_yield();
 }
 
-// Refills the CQ's batch from the engine (engine lock taken here); false
-// when nothing is waiting.
+// Calls fn(shard) for every shard of the CQ's context, starting one after
+// the shard the previous poll started at (so that a busy shard does not
+// starve the others' completions), until fn returns false. A context with
+// one shard costs no atomic.
+template <typename Fn>
+void for_each_shard_from_next(Cq& cq, Fn&& fn) {
+  const std::vector<std::unique_ptr<Shard>>& shards = cq.ctx->shards;
+  if (shards.size() == 1) {
+    fn(*shards.front());
+    return;
+  }
+  const size_t first = cq.poll_start.fetch_add(1, std::memory_order_relaxed);
+  for (size_t k = 0; k < shards.size(); ++k)
+    if (!fn(*shards[(first + k) % shards.size()])) return;
+}
+
+// Refills the CQ's batch from the engines (each engine's lock taken in
+// turn); false when nothing is waiting.
 bool refill(Cq* cq) {
   cq->batch.clear();
   cq->batch_next = 0;
@@ -71,10 +87,14 @@ bool refill(Cq* cq) {
     return false;
   }
   cq->batch.resize(kBatch);
-  const size_t n = cq->ctx->engine([&](transport::Endpoint& e) {
-    const size_t got = e.poll_cq(cq->id, std::span(cq->batch.data(), kBatch));
-    cq->polled.fetch_add(got, std::memory_order_relaxed);
-    return got;
+  size_t n = 0;
+  for_each_shard_from_next(*cq, [&](Shard& shard) {
+    n += shard.engine([&](transport::Endpoint& e) {
+      const size_t got = e.poll_cq(cq->id, std::span(cq->batch.data() + n, kBatch - n));
+      cq->polled.fetch_add(got, std::memory_order_relaxed);
+      return got;
+    });
+    return n < kBatch;
   });
   cq->batch.resize(n);
   return n > 0;
@@ -153,19 +173,33 @@ Cq* create(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_ve
   cq->kernel_channel = channel && ctx->device->kernel;
   cq->ibv.context = context;
   cq->ibv.cqe = cqe;
-  ctx->engine([&](transport::Endpoint& e) {
-    cq->id = e.create_cq(static_cast<uint32_t>(cqe));
+  // One CQ in every shard's engine, under one number: every engine hands
+  // out CQ numbers in the same order, since CQs are made and destroyed in
+  // all of them at once.
+  bool same_number = true;
+  ctx->with_all_engines([&](std::span<transport::Endpoint* const> engines) {
+    cq->id = engines.front()->create_cq(static_cast<uint32_t>(cqe));
+    for (transport::Endpoint* e : engines.subspan(1)) same_number &= e->create_cq(static_cast<uint32_t>(cqe)) == cq->id;
+    if (!same_number) {
+      for (transport::Endpoint* e : engines) e->destroy_cq(cq->id);
+      return;
+    }
     std::lock_guard<std::mutex> lock(ctx->cqs_mutex);
     ctx->cqs[cq->id] = cq;
   });
+  if (!same_number) {
+    delete cq;
+    errno = ENOMEM;
+    return nullptr;
+  }
   cq->ibv.handle = cq->id;
   if (ctx->device->kernel) {
     // A kernel device's channel is the kernel's event file: the kernel CQ
     // is bound to it.
     const int err = kernel_create_cq(context, cqe, channel, comp_vector, cq->ibv);
     if (err) {
-      ctx->engine([&](transport::Endpoint& e) {
-        e.destroy_cq(cq->id);
+      ctx->with_all_engines([&](std::span<transport::Endpoint* const> engines) {
+        for (transport::Endpoint* e : engines) e->destroy_cq(cq->id);
         std::lock_guard<std::mutex> lock(ctx->cqs_mutex);
         ctx->cqs.erase(cq->id);
       });
@@ -219,9 +253,18 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
 int destroy_cq(ibv_cq* ibcq) {
   Cq* cq = cq_of(ibcq);
   Context* ctx = cq->ctx;
-  const transport::PostResult r = ctx->engine([&](transport::Endpoint& e) {
-    const transport::PostResult result = e.destroy_cq(cq->id);
-    if (result != transport::PostResult::Ok) return result;
+  transport::PostResult r = transport::PostResult::Ok;
+  ctx->with_all_engines([&](std::span<transport::Endpoint* const> engines) {
+    for (const transport::Endpoint* e : engines)
+      if (e->cq_in_use(cq->id)) {
+        r = transport::PostResult::BadState;
+        return;
+      }
+    for (transport::Endpoint* e : engines) {
+      const transport::PostResult result = e->destroy_cq(cq->id);
+      if (result != transport::PostResult::Ok) r = result;
+    }
+    if (r != transport::PostResult::Ok) return;
     // Under cqs_mutex, so that no listener writes an event for this CQ after
     // those unread are discarded below.
     std::lock_guard<std::mutex> lock(ctx->cqs_mutex);
@@ -233,7 +276,6 @@ int destroy_cq(ibv_cq* ibcq) {
     if (cq->event_fd >= 0 && cq->signalled != cq->events.load(std::memory_order_relaxed))
       discard_event_records(ibcq->channel->fd, cq->event_fd, sizeof(ib_uverbs_comp_event_desc),
                             reinterpret_cast<uintptr_t>(ibcq));
-    return result;
   });
   if (r == transport::PostResult::BadState) return EBUSY;  // a QP still uses it
   if (r != transport::PostResult::Ok) return EINVAL;
@@ -256,17 +298,20 @@ int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
     return total;
   }
   std::array<transport::Completion, kBatch> batch;
-  cq->ctx->engine([&](transport::Endpoint& e) {
-    int got = 0;
-    while (total < num_entries) {
-      const size_t want = std::min<size_t>(batch.size(), static_cast<size_t>(num_entries - total));
-      const size_t n = e.poll_cq(cq->id, std::span(batch.data(), want));
-      for (size_t i = 0; i < n; ++i) to_wc(batch[i], wc[total + static_cast<int>(i)]);
-      total += static_cast<int>(n);
-      got += static_cast<int>(n);
-      if (n < want) break;
-    }
-    cq->polled.fetch_add(static_cast<uint64_t>(got), std::memory_order_relaxed);
+  for_each_shard_from_next(*cq, [&](Shard& shard) {
+    shard.engine([&](transport::Endpoint& e) {
+      int got = 0;
+      while (total < num_entries) {
+        const size_t want = std::min<size_t>(batch.size(), static_cast<size_t>(num_entries - total));
+        const size_t n = e.poll_cq(cq->id, std::span(batch.data(), want));
+        for (size_t i = 0; i < n; ++i) to_wc(batch[i], wc[total + static_cast<int>(i)]);
+        total += static_cast<int>(n);
+        got += static_cast<int>(n);
+        if (n < want) break;
+      }
+      cq->polled.fetch_add(static_cast<uint64_t>(got), std::memory_order_relaxed);
+    });
+    return total < num_entries;
   });
   return total;
 }

@@ -118,6 +118,7 @@ std::optional<DaemonLease> request_lease(int fd, const nlohmann::json& request, 
       if (security == ctl::kSecurityModes[i]) l.security = static_cast<wire::Security>(i);
     if (!ctl::policy_from_json(m->body["policy"], l.policy, error)) return std::nullopt;
     if (m->body.contains("busy_poll_us")) l.busy_poll_us = m->body["busy_poll_us"].get<uint32_t>();
+    if (m->body.contains("progress_threads")) l.progress_threads = m->body["progress_threads"].get<uint32_t>();
     if (m->body.contains("planes")) l.planes = m->body["planes"].get<std::vector<std::string>>();
     if (l.source_ports.size() < std::max<size_t>(paths, 1)) {
       error = "metaroced leased " + std::to_string(l.source_ports.size()) + " source ports for " +

@@ -34,6 +34,7 @@ struct DaemonLease {
   uint32_t stats_interval_ms = 0;
   wire::Security security = wire::Security::Integrity;  // the cluster's mode
   std::optional<uint32_t> busy_poll_us;                 // the device's [devices.NAME] setting
+  std::optional<uint32_t> progress_threads;             // the device's [devices.NAME] setting
   std::vector<std::string> planes;                      // the device's [devices.NAME] planes (netdevs)
 };
 

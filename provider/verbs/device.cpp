@@ -397,6 +397,11 @@ uint16_t metaroce_dv_home_port(ibv_context* context) {
   return context_of(context)->home_port;
 }
 
+int metaroce_dv_progress_threads(ibv_context* context) {
+  if (!metaroce_dv_is_metaroce_context(context)) return 0;
+  return static_cast<int>(context_of(context)->shards.size());
+}
+
 __be64 metaroce_priv_device_guid(ibv_device* device) {
   Device* d = device_of(device);
   return d ? d->guid_be : 0;

@@ -46,22 +46,26 @@ int metaroce_dv_query_planes(ibv_context* context, metaroce_dv_plane* planes, in
     copy_text(out[k].netdev, sizeof out[k].netdev, ctx.planes[k].netdev);
     copy_text(out[k].address, sizeof out[k].address, ctx.planes[k].address_text);
   }
-  ctx.engine([&](transport::Endpoint& e) {
-    for (size_t k = 0; k < out.size(); ++k) out[k].up = e.plane_up(static_cast<uint16_t>(k)) ? 1 : 0;
-    for (const transport::PeerId peer : e.peers()) {
-      for (const transport::PathSnapshot& p : e.path_snapshots(peer)) {
-        if (p.plane >= out.size()) continue;
-        metaroce_dv_plane& plane = out[p.plane];
-        ++plane.paths;
-        if (p.health == transport::PathHealth::Active) ++plane.active_paths;
-        plane.packets_sent += p.packets_sent;
-        plane.bytes_sent += p.bytes_sent;
-        plane.retransmits += p.retransmits;
-        plane.lost += p.lost;
+  // Every shard's paths; a plane is up when the first shard sees it up (the
+  // plane monitor tells them all at once).
+  for (const std::unique_ptr<Shard>& shard : ctx.shards)
+    shard->engine([&](transport::Endpoint& e) {
+      if (shard == ctx.shards.front())
+        for (size_t k = 0; k < out.size(); ++k) out[k].up = e.plane_up(static_cast<uint16_t>(k)) ? 1 : 0;
+      for (const transport::PeerId peer : e.peers()) {
+        for (const transport::PathSnapshot& p : e.path_snapshots(peer)) {
+          if (p.plane >= out.size()) continue;
+          metaroce_dv_plane& plane = out[p.plane];
+          ++plane.paths;
+          if (p.health == transport::PathHealth::Active) ++plane.active_paths;
+          plane.packets_sent += p.packets_sent;
+          plane.bytes_sent += p.bytes_sent;
+          plane.retransmits += p.retransmits;
+          plane.lost += p.lost;
+        }
       }
-    }
-    return 0;
-  });
+      return 0;
+    });
   std::copy_n(out.begin(), std::min<size_t>(out.size(), static_cast<size_t>(max)), planes);
   return static_cast<int>(out.size());
 }
@@ -74,7 +78,7 @@ int metaroce_dv_query_paths(ibv_qp* qp, metaroce_dv_path* paths, int max) {
   const Qp& q = *qp_of(qp);
   if (q.peer == 0) return 0;
   const std::vector<transport::PathSnapshot> snapshots =
-      q.ctx->engine([&](transport::Endpoint& e) { return e.path_snapshots(q.peer); });
+      q.shard->engine([&](transport::Endpoint& e) { return e.path_snapshots(q.peer); });
   for (size_t i = 0; i < snapshots.size() && i < static_cast<size_t>(max); ++i) {
     const transport::PathSnapshot& p = snapshots[i];
     paths[i] =

@@ -39,8 +39,9 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t hca_va, int acces
     errno = ENOMEM;
     return nullptr;
   }
-  const std::optional<uint32_t> key = ctx->engine([&](transport::Endpoint& e) {
-    return e.memory().register_region(pd_of(pd)->id, reinterpret_cast<uintptr_t>(addr), length, engine_access);
+  std::optional<uint32_t> key;
+  ctx->with_all_engines([&](std::span<transport::Endpoint* const>) {
+    key = ctx->memory->register_region(pd_of(pd)->id, reinterpret_cast<uintptr_t>(addr), length, engine_access);
   });
   if (!key) {
     delete mr;
@@ -64,10 +65,11 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t hca_va, int acces
 int dereg_mr(verbs_mr* vmr) {
   Mr* mr = mr_of(vmr);
   Context* ctx = context_of(vmr->ibv_mr.context);
-  const bool ok = ctx->engine([&](transport::Endpoint& e) { return e.memory().deregister(mr->key); });
+  bool ok = false;
+  ctx->with_all_engines([&](std::span<transport::Endpoint* const>) { ok = ctx->memory->deregister(mr->key); });
   if (!ok) return EINVAL;
   // Sends already handed to the kernel may still read the region's memory.
-  ctx->runtime->fence_sends();
+  for (const std::unique_ptr<Shard>& shard : ctx->shards) shard->runtime->fence_sends();
   delete mr;
   return 0;
 }

@@ -85,7 +85,7 @@ int ud_destination(Qp& qp, const ibv_send_wr& wr, transport::UdSendWr& u) {
   if (total > ib_mtu_bytes(qp.ctx->active_mtu)) return EINVAL;  // a UD message fits one packet
   u.remote_qpn = qpn;
   u.remote_qkey = wr.wr.ud.remote_qkey;
-  u.peer = ud_peer(*qp.ctx, *ah_of(wr.wr.ud.ah), qpn);
+  u.peer = ud_peer(qp, *ah_of(wr.wr.ud.ah), qpn);
   return u.peer ? 0 : EINVAL;
 }
 
@@ -107,7 +107,7 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       sends.push_back(u);
     }
     ibv_send_wr* at = wr;
-    qp->ctx->engine([&](transport::Endpoint& e) {
+    qp->shard->engine([&](transport::Endpoint& e) {
       for (const transport::UdSendWr& u : sends) {
         const transport::PostResult r = e.post_send_ud(qp->qpn, u);
         if (r != transport::PostResult::Ok) {
@@ -122,7 +122,7 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     return err;
   }
   transport::SendWr s;
-  qp->ctx->engine([&](transport::Endpoint& e) {
+  qp->shard->engine([&](transport::Endpoint& e) {
     for (; wr; wr = wr->next) {
       if ((err = convert(*qp, *wr, s)) != 0) return;
       const transport::PostResult r = e.post_send(qp->qpn, s);
@@ -148,7 +148,7 @@ std::optional<transport::RecvWr> recv_wr_of(const ibv_recv_wr& wr, uint32_t max_
 
 int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   Qp* qp = qp_of(ibqp);
-  return post_recv_chain(*qp->ctx, wr, bad_wr, qp->cap.max_recv_sge,
+  return post_recv_chain(*qp->shard, wr, bad_wr, qp->cap.max_recv_sge,
                          [qp](transport::Endpoint& e, const transport::RecvWr& r) { return e.post_recv(qp->qpn, r); });
 }
 

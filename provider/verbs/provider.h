@@ -5,18 +5,21 @@
 //
 // Every ibv object handed to the application is the first member of a
 // provider struct, so the handle converts back with a cast. Each context owns
-// one io::Runtime (UDP sockets + progress thread) driving one
-// transport::Endpoint; every engine access goes through
-// Runtime::with_engine(), which serialises it with the progress thread.
+// one or more shards, each an io::Runtime (UDP sockets + progress thread)
+// driving one transport::Endpoint; every engine access goes through
+// Runtime::with_engine(), which serialises it with that shard's progress
+// thread.
 #pragma once
 
 #include <netinet/in.h>
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -115,6 +118,7 @@ Device* find_or_create_device(const char* name, const char* netdev_or_ip);
 // --- per-context objects --------------------------------------------------------
 
 struct Context;
+struct Shard;
 class DaemonClient;
 
 // A kernel device's own async events (port state, DEVICE_FATAL) copied from
@@ -161,13 +165,14 @@ struct Cq {
   Context* ctx = nullptr;
   uint32_t id = 0;  // engine CQ
   int cqe = 0;
-  int event_fd = -1;                // kernel-less channel: its write end; -1 without one
-  bool kernel_channel = false;      // kernel device with a channel: the kernel delivers the events
-  std::atomic<uint64_t> pushed{0};  // completions pushed by the engine
-  std::atomic<uint64_t> polled{0};  // completions handed to the application
-  std::atomic<bool> armed{false};   // ibv_req_notify_cq pending
-  std::atomic<uint64_t> events{0};  // completion events delivered (cq_event op)
-  uint64_t signalled = 0;           // events written to a kernel-less channel (engine lock)
+  int event_fd = -1;                    // kernel-less channel: its write end; -1 without one
+  bool kernel_channel = false;          // kernel device with a channel: the kernel delivers the events
+  std::atomic<uint64_t> pushed{0};      // completions pushed by the engine
+  std::atomic<uint64_t> polled{0};      // completions handed to the application
+  std::atomic<bool> armed{false};       // ibv_req_notify_cq pending
+  std::atomic<uint64_t> events{0};      // completion events delivered (cq_event op)
+  std::atomic<uint32_t> poll_start{0};  // the shard the next poll starts at (cq.cpp), modulo their number
+  uint64_t signalled = 0;               // events written to a kernel-less channel (engine lock)
   // ibv_start_poll: completions taken from the engine, handed out one by one.
   std::vector<transport::Completion> batch;
   size_t batch_next = 0;
@@ -184,7 +189,8 @@ struct EventCounts {
 struct Srq {
   ibv_srq ibv{};  // must be first
   Context* ctx = nullptr;
-  uint32_t id = 0;  // engine SRQ
+  Shard* shard = nullptr;  // whose engine holds it; its QPs go there too
+  uint32_t id = 0;         // engine SRQ
   uint32_t max_sge = 0;
   EventCounts events;
 };
@@ -207,6 +213,7 @@ struct Ah {
 struct Qp {
   verbs_qp vqp{};  // must be first
   Context* ctx = nullptr;
+  Shard* shard = nullptr;  // whose engine holds it
   ibv_qp_type type = IBV_QPT_RC;
   Srq* srq = nullptr;
   EventCounts events;
@@ -238,15 +245,45 @@ struct Qp {
   int pending_error = 0;
 };
 
+// One progress thread's share of a context (docs/verbs.md, "Progress
+// threads"): its own home port, engine, sockets and thread. A QP belongs to
+// one shard from its creation (its number encodes the shard's home port);
+// CQs exist in every shard's engine under one number, and every shard's
+// engine reads the context's one memory-region table.
+struct Shard {
+  std::unique_ptr<io::Runtime> runtime;
+  // metaroced's lease of this shard's ports (null without a daemon); its
+  // thread uses `runtime`, so it is destroyed first.
+  std::unique_ptr<DaemonClient> daemon;
+  uint16_t home_port = 0;
+  // QPs and SRQs by engine number, for the async event observer. Changed and
+  // read with this shard's engine lock held.
+  std::unordered_map<uint32_t, Qp*> qps;
+  std::unordered_map<uint32_t, Srq*> srqs;
+  std::mutex routing_mutex;  // see Context::route_peer
+  std::unordered_set<transport::PeerId> routed_peers;
+  std::unordered_set<transport::PeerId> keyed_peers;
+
+  // Runs fn(endpoint) under this shard's engine lock.
+  template <typename Fn>
+  auto engine(Fn&& fn) {
+    return runtime->with_engine([&](transport::Endpoint& e, transport::Time) { return fn(e); });
+  }
+};
+
 struct Context {
   Device* device = nullptr;
   verbs_context* vctx = nullptr;
-  std::unique_ptr<io::Runtime> runtime;
-  // The link to metaroced (null without one); its thread uses `runtime`, so
-  // it is destroyed first.
-  std::unique_ptr<DaemonClient> daemon;
-  // Reports plane netdevs going down and up to the engine (a device over
-  // several planes only); uses `runtime`, so it is destroyed first.
+  // At least one; [0]'s home port is the context's (metaroce_dv_home_port).
+  std::vector<std::unique_ptr<Shard>> shards;
+  // The memory-region table every shard's engine reads. Changed only with
+  // every shard's engine lock held (with_all_engines), so that an engine
+  // reading it under its own lock never races a registration.
+  std::shared_ptr<transport::MemoryRegistry> memory;
+  // The shard the next QP or SRQ without an SRQ goes to (round-robin).
+  std::atomic<uint32_t> next_shard{0};
+  // Reports plane netdevs going down and up to the engines (a device over
+  // several planes only); uses the shards' runtimes, so it is destroyed first.
   std::unique_ptr<io::PlaneMonitor> plane_monitor;
   // The planes the runtime runs over: the device's, or those metaroced's
   // [devices.NAME] planes names; [0] is the device's own netdev and address.
@@ -261,43 +298,39 @@ struct Context {
   // forwarded into it).
   int async_write_fd = -1;
   std::unique_ptr<AsyncEventForwarder> kernel_events;
-  // QPs and SRQs by engine number, for the async event observer. Changed and
-  // read with the engine lock held.
-  std::unordered_map<uint32_t, Qp*> qps;
-  std::unordered_map<uint32_t, Srq*> srqs;
   // Writes one ib_uverbs_async_event_desc (element: an object pointer or a
   // port number).
   void post_async_event(uint64_t element, ibv_event_type type);
-  void on_async_event(const transport::Endpoint& e, const transport::AsyncEvent& event);  // engine lock held
+  // The engine of `shard` reports an event (its engine lock held).
+  void on_async_event(Shard& shard, const transport::Endpoint& e, const transport::AsyncEvent& event);
   // The event counts of live objects by the element their events name, for
   // the async_event op: registered at creation, forgotten at destruction.
   std::mutex event_objects_mutex;
   std::unordered_map<uint64_t, EventCounts*> event_objects;
   uint32_t poll_yield_every = 0;  // sched_yield() every this many empty polls (0: never)
   std::atomic<uint32_t> next_pd{1};
-  // CQs by engine id, for the completion listener, which runs without the
-  // engine lock: changed and read with cqs_mutex held.
+  // CQs by engine id (the same in every shard), for the completion
+  // listener, which runs without the engine lock: changed and read with
+  // cqs_mutex held.
   std::mutex cqs_mutex;
   std::unordered_map<uint32_t, Cq*> cqs;
 
-  // Runs fn(endpoint) under the engine lock.
-  template <typename Fn>
-  auto engine(Fn&& fn) {
-    return runtime->with_engine([&](transport::Endpoint& e, transport::Time) { return fn(e); });
-  }
+  // Runs fn(engines) with every shard's engine lock held (taken in shard
+  // order): engines[k] is shard k's. For what spans the shards: CQs and
+  // memory regions.
+  void with_all_engines(const std::function<void(std::span<transport::Endpoint* const>)>& fn);
+  // The shard a new QP or SRQ goes to.
+  Shard& pick_shard();
   void on_completion(uint32_t cq);  // the completion listener (Runtime::set_completion_listener)
 
-  // When a QP goes to RTR: a peer seen for the first time gets the source
-  // ports metaroced discovered for the paths to it (without a daemon, or
-  // when discovery finds nothing, it keeps the default ports). Blocks for
-  // the discovery; the first QP to a peer pays it once.
+  // When a QP goes to RTR: a peer the shard sees for the first time gets
+  // the source ports metaroced discovered for the paths to it (without a
+  // daemon, or when discovery finds nothing, it keeps the default ports).
+  // Blocks for the discovery; the first QP to a peer pays it once.
   // In the authenticate and encrypt modes it also gives the engine the pair
   // key metaroced derived for the peer; false when there is none (the QP
   // then cannot connect).
-  bool route_peer(transport::PeerId peer, const sockaddr_storage& address);
-  std::mutex routing_mutex;
-  std::unordered_set<transport::PeerId> routed_peers;
-  std::unordered_set<transport::PeerId> keyed_peers;
+  bool route_peer(Shard& shard, transport::PeerId peer, const sockaddr_storage& address);
 };
 
 struct ContextAlloc {
@@ -324,9 +357,9 @@ std::optional<transport::RecvWr> recv_wr_of(const ibv_recv_wr& wr, uint32_t max_
 // `post(endpoint, RecvWr)` under the engine lock; at the first WR that fails
 // stops, points *bad_wr at it and returns its errno.
 template <typename Post>
-int post_recv_chain(Context& ctx, ibv_recv_wr* wr, ibv_recv_wr** bad_wr, uint32_t max_sge, Post&& post) {
+int post_recv_chain(Shard& shard, ibv_recv_wr* wr, ibv_recv_wr** bad_wr, uint32_t max_sge, Post&& post) {
   int err = 0;
-  ctx.engine([&](transport::Endpoint& e) {
+  shard.engine([&](transport::Endpoint& e) {
     for (; wr; wr = wr->next) {
       const std::optional<transport::RecvWr> r = recv_wr_of(*wr, max_sge);
       const transport::PostResult result = r ? post(e, *r) : transport::PostResult::InvalidArgument;
@@ -387,8 +420,9 @@ int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 // ah.cpp
 ibv_ah* create_ah(ibv_pd* pd, ibv_ah_attr* attr);
 int destroy_ah(ibv_ah* ah);
-// The peer (IP + the home port that remote_qpn names) of a UD send.
-transport::PeerId ud_peer(Context& ctx, const Ah& ah, uint32_t remote_qpn);
+// The peer (IP + the home port that remote_qpn names) of a UD send from
+// the QP `qp`.
+transport::PeerId ud_peer(const Qp& qp, const Ah& ah, uint32_t remote_qpn);
 // async_events.cpp
 void register_event_object(Context& ctx, uint64_t element, EventCounts& counts);
 // Takes the events written for a destroyed object that nobody has read out

@@ -200,7 +200,9 @@ ibv_qp* create(Context* ctx, ibv_context* context, ibv_pd* pd, const ibv_qp_init
     qp->kernel_handle = q.handle;
   }
   const uint32_t srq_id = qp->srq ? qp->srq->id : 0;
-  qp->qpn = ctx->engine([&](transport::Endpoint& e) {
+  // A QP that takes its receives from an SRQ lives where the SRQ does.
+  qp->shard = qp->srq ? qp->srq->shard : &ctx->pick_shard();
+  qp->qpn = qp->shard->engine([&](transport::Endpoint& e) {
     uint32_t qpn = 0;
     if (a.qp_type == IBV_QPT_UD) {
       // UD messages are limited to the port's active MTU.
@@ -211,7 +213,7 @@ ibv_qp* create(Context* ctx, ibv_context* context, ibv_pd* pd, const ibv_qp_init
                 ? e.create_qp_numbered(q.qp_num, qp->pd->id, qp->send_cq->id, qp->recv_cq->id, qp->config, srq_id)
                 : e.create_qp(qp->pd->id, qp->send_cq->id, qp->recv_cq->id, qp->config, srq_id);
     }
-    if (qpn) ctx->qps[qpn] = qp;
+    if (qpn) qp->shard->qps[qpn] = qp;
     return qpn;
   });
   if (qp->qpn == 0) {
@@ -294,7 +296,7 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   std::lock_guard<std::mutex> lock(qp->mutex);
   // The engine may have moved the QP to ERROR on its own (a failed request).
   const std::optional<transport::QpState> engine_state =
-      ctx->engine([&](transport::Endpoint& e) { return e.qp_state(qp->qpn); });
+      qp->shard->engine([&](transport::Endpoint& e) { return e.qp_state(qp->qpn); });
   if (!engine_state) return EINVAL;
   const ibv_qp_state cur = from_engine(*engine_state);
   ibv_qp_state next = cur;
@@ -324,15 +326,16 @@ int modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
       qp->config = previous_config;
       return EINVAL;
     }
-    modify.peer = ctx->runtime->peer_for(peer_addr);
+    modify.peer = qp->shard->runtime->peer_for(peer_addr);
     modify.remote_qpn = attr->dest_qp_num;
-    if (!ctx->route_peer(modify.peer, peer_addr)) {
+    if (!ctx->route_peer(*qp->shard, modify.peer, peer_addr)) {
       qp->attr = previous;
       qp->config = previous_config;
       return EACCES;  // authenticate/encrypt mode without a key for the peer
     }
   }
-  const transport::PostResult r = ctx->engine([&](transport::Endpoint& e) { return e.modify_qp(qp->qpn, modify); });
+  const transport::PostResult r =
+      qp->shard->engine([&](transport::Endpoint& e) { return e.modify_qp(qp->qpn, modify); });
   if (r == transport::PostResult::Ok && modify.peer != 0) qp->peer = modify.peer;
   if (r == transport::PostResult::Ok && next == IBV_QPS_RESET) {
     const ibv_qp_cap cap = qp->cap;
@@ -357,7 +360,7 @@ int query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int /*attr_mask*/, ibv_qp_init_att
   Qp* qp = qp_of(ibqp);
   std::lock_guard<std::mutex> lock(qp->mutex);
   const std::optional<transport::QpState> s =
-      qp->ctx->engine([&](transport::Endpoint& e) { return e.qp_state(qp->qpn); });
+      qp->shard->engine([&](transport::Endpoint& e) { return e.qp_state(qp->qpn); });
   if (!s) return EINVAL;
   *attr = qp->attr;
   attr->qp_state = from_engine(*s);
@@ -383,15 +386,16 @@ int destroy_qp(ibv_qp* ibqp) {
   // No event is written for the QP once it is off the map. As the kernel
   // does: once the QP is gone, its events that nobody has read are dropped,
   // and destroy waits for the application to acknowledge those it read.
-  ctx->engine([&](transport::Endpoint&) { ctx->qps.erase(qp->qpn); });
+  Shard& shard = *qp->shard;
+  shard.engine([&](transport::Endpoint&) { shard.qps.erase(qp->qpn); });
   if (ctx->device->kernel) {
     if (const int err = kernel_destroy_qp(*ibqp)) {
-      ctx->engine([&](transport::Endpoint&) { ctx->qps[qp->qpn] = qp; });
+      shard.engine([&](transport::Endpoint&) { shard.qps[qp->qpn] = qp; });
       return err;
     }
   }
   const uint64_t element = reinterpret_cast<uintptr_t>(ibqp);
-  const transport::PostResult r = ctx->engine([&](transport::Endpoint& e) {
+  const transport::PostResult r = shard.engine([&](transport::Endpoint& e) {
     const transport::PostResult result = e.destroy_qp(qp->qpn);
     if (result == transport::PostResult::Ok) discard_async_events(*ctx, element, qp->events);
     return result;

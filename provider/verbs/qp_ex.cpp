@@ -192,11 +192,11 @@ int wr_complete(ibv_qp_ex* q) {
       u.wr = s;
       u.remote_qpn = a.remote_qpn;
       u.remote_qkey = a.remote_qkey;
-      u.peer = ud_peer(*qp->ctx, *ah_of(a.ah), a.remote_qpn);
+      u.peer = ud_peer(*qp, *ah_of(a.ah), a.remote_qpn);
       sends.push_back(u);
     }
     if (!err) {
-      qp->ctx->engine([&](transport::Endpoint& e) {
+      qp->shard->engine([&](transport::Endpoint& e) {
         for (const transport::UdSendWr& u : sends) {
           const transport::PostResult r = e.post_send_ud(qp->qpn, u);
           if (r != transport::PostResult::Ok) {
@@ -207,7 +207,7 @@ int wr_complete(ibv_qp_ex* q) {
       });
     }
   } else if (!err && !qp->pending.empty()) {
-    qp->ctx->engine([&](transport::Endpoint& e) {
+    qp->shard->engine([&](transport::Endpoint& e) {
       for (const SendWr& s : qp->pending) {
         const transport::PostResult r = e.post_send(qp->qpn, s);
         if (r != transport::PostResult::Ok) {

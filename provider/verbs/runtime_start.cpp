@@ -130,7 +130,8 @@ void adopt_daemon_planes(const Device& device, const std::vector<std::string>& n
 
 // Creates the runtime on the home port and source ports metaroced leases;
 // null (and `daemon` reset) when there is no daemon or its lease fails.
-std::unique_ptr<io::Runtime> start_with_daemon(const Device& device, const Options& o, io::RuntimeOptions ro,
+// Sets o.progress_threads, unless set, to the device's setting if it has one.
+std::unique_ptr<io::Runtime> start_with_daemon(const Device& device, Options& o, io::RuntimeOptions ro,
                                                std::vector<Device::Plane>& planes,
                                                std::unique_ptr<DaemonClient>& daemon) {
   std::string why;
@@ -166,6 +167,7 @@ std::unique_ptr<io::Runtime> start_with_daemon(const Device& device, const Optio
     for (size_t i = lease->source_ports.size(); !lease->source_ports.empty() && i < ro.endpoint.paths; ++i)
       ro.path_source_ports.push_back(lease->source_ports[i % lease->source_ports.size()]);
     if (!o.busy_poll_explicit && lease->busy_poll_us) ro.busy_poll_ns = uint64_t{*lease->busy_poll_us} * 1000;
+    if (!o.progress_threads && lease->progress_threads) o.progress_threads = *lease->progress_threads;
     ctl::apply_policy(lease->policy, ro.endpoint.cc);
     if (lease->policy.rate_hint_utilization) ro.endpoint.rate_hint_utilization = *lease->policy.rate_hint_utilization;
     std::unique_ptr<io::Runtime> runtime = io::Runtime::create(ro, why);
@@ -220,8 +222,10 @@ std::unique_ptr<io::Runtime> start_locally(const Device& device, const Options& 
 }  // namespace
 
 std::unique_ptr<io::Runtime> start_runtime(const Device& device, Options& o, std::vector<Device::Plane>& planes,
+                                           const std::shared_ptr<transport::MemoryRegistry>& memory,
                                            std::unique_ptr<DaemonClient>& daemon, std::string& error) {
   io::RuntimeOptions ro;
+  ro.memory = memory;
   ro.local_address = device.address_text;
   ro.allow_io_uring = o.io_uring;
   ro.inline_transmit = o.inline_transmit;
@@ -249,6 +253,39 @@ std::unique_ptr<io::Runtime> start_runtime(const Device& device, Options& o, std
   if (runtime && o.mtu == 0)
     o.mtu = runtime->with_engine([](transport::Endpoint& e, transport::Time) { return e.config().mtu; });
   return runtime;
+}
+
+bool start_shards(const Device& device, Options& o, std::vector<Device::Plane>& planes,
+                  const std::shared_ptr<transport::MemoryRegistry>& memory, std::vector<std::unique_ptr<Shard>>& shards,
+                  std::string& error) {
+  auto first = std::make_unique<Shard>();
+  first->runtime = start_runtime(device, o, planes, memory, first->daemon, error);
+  if (!first->runtime) return false;
+  uint32_t wanted = o.progress_threads;
+  if (wanted == 0) wanted = default_progress_threads();
+  if (o.home_port_from_kernel && wanted > 1) {
+    warn_once(device.name + ": a kernel device's context has one port slot, so one progress thread");
+    wanted = 1;
+  }
+  shards.push_back(std::move(first));
+  // The home port a caller chose is the first shard's; the others take free
+  // ones (or metaroced's leases).
+  Options more = o;
+  more.home_port = 0;
+  while (shards.size() < wanted) {
+    auto shard = std::make_unique<Shard>();
+    std::string why;
+    std::vector<Device::Plane> same_planes = planes;
+    shard->runtime = start_runtime(device, more, same_planes, memory, shard->daemon, why);
+    if (!shard->runtime) {
+      warn_once(device.name + ": " + std::to_string(shards.size()) + " progress threads, not " +
+                std::to_string(wanted) + " (" + why + ")");
+      break;
+    }
+    shards.push_back(std::move(shard));
+  }
+  for (const std::unique_ptr<Shard>& shard : shards) shard->home_port = shard->runtime->home_port();
+  return true;
 }
 
 }  // namespace metaroce::verbs

@@ -25,10 +25,11 @@ ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   }
   srq->ctx = ctx;
   srq->max_sge = kMaxSge;
-  ctx->engine([&](transport::Endpoint& e) {
+  srq->shard = &ctx->pick_shard();
+  srq->shard->engine([&](transport::Endpoint& e) {
     srq->id = e.create_srq(pd_of(pd)->id, attr->attr.max_wr);
     if (attr->attr.srq_limit) e.modify_srq(srq->id, std::nullopt, attr->attr.srq_limit);
-    ctx->srqs[srq->id] = srq;
+    srq->shard->srqs[srq->id] = srq;
   });
   srq->ibv.handle = srq->id;
   register_event_object(*ctx, reinterpret_cast<uintptr_t>(&srq->ibv), srq->events);
@@ -47,13 +48,13 @@ int modify_srq(ibv_srq* ibsrq, ibv_srq_attr* attr, int mask) {
     max_wr = attr->max_wr;
   }
   if (mask & IBV_SRQ_LIMIT) limit = attr->srq_limit;
-  return errno_of(srq->ctx->engine([&](transport::Endpoint& e) { return e.modify_srq(srq->id, max_wr, limit); }));
+  return errno_of(srq->shard->engine([&](transport::Endpoint& e) { return e.modify_srq(srq->id, max_wr, limit); }));
 }
 
 int query_srq(ibv_srq* ibsrq, ibv_srq_attr* attr) {
   Srq* srq = srq_of(ibsrq);
   const std::optional<transport::SrqAttributes> a =
-      srq->ctx->engine([&](transport::Endpoint& e) { return e.query_srq(srq->id); });
+      srq->shard->engine([&](transport::Endpoint& e) { return e.query_srq(srq->id); });
   if (!a) return EINVAL;
   attr->max_wr = a->max_wr;
   attr->max_sge = srq->max_sge;
@@ -65,10 +66,10 @@ int destroy_srq(ibv_srq* ibsrq) {
   Srq* srq = srq_of(ibsrq);
   Context* ctx = srq->ctx;
   const uint64_t element = reinterpret_cast<uintptr_t>(ibsrq);
-  const transport::PostResult r = ctx->engine([&](transport::Endpoint& e) {
+  const transport::PostResult r = srq->shard->engine([&](transport::Endpoint& e) {
     const transport::PostResult result = e.destroy_srq(srq->id);
     if (result == transport::PostResult::Ok) {
-      ctx->srqs.erase(srq->id);
+      srq->shard->srqs.erase(srq->id);
       discard_async_events(*ctx, element, srq->events);
     }
     return result;
@@ -83,7 +84,7 @@ int destroy_srq(ibv_srq* ibsrq) {
 int post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   Srq* srq = srq_of(ibsrq);
   return post_recv_chain(
-      *srq->ctx, wr, bad_wr, srq->max_sge,
+      *srq->shard, wr, bad_wr, srq->max_sge,
       [srq](transport::Endpoint& e, const transport::RecvWr& r) { return e.post_srq_recv(srq->id, r); });
 }
 

@@ -8,16 +8,16 @@
 #include "provider.h"
 
 namespace metaroce::verbs {
+namespace {
 
-// METAROCE_STATS=1: the engine's counters and per-path state on stderr when
-// the context closes, one JSON object (until the daemon collects them).
-void dump_stats(Context& ctx) {
-  const char* env = std::getenv("METAROCE_STATS");
-  if (!env || std::strcmp(env, "0") == 0) return;
-  const io::RuntimeStats io = ctx.runtime->stats();
+// One shard's object; `index` names the shard when the context has several
+// (-1: it has one, and the object has no "progress_thread").
+void dump_shard_stats(Shard& shard, int index) {
+  const io::RuntimeStats io = shard.runtime->stats();
   nlohmann::ordered_json stats = {{"io_uring", io.io_uring}, {"gso", io.gso}, {"gro", io.gro}};
+  if (index >= 0) stats["progress_thread"] = index;
   io::for_each_counter(io, [&](const char* name, uint64_t value) { stats[name] = value; });
-  ctx.engine([&](transport::Endpoint& e) {
+  shard.engine([&](transport::Endpoint& e) {
     stats["security"] = wire::to_string(e.config().security);
     transport::for_each_counter(e.counters(), [&](const char* name, uint64_t value) { stats[name] = value; });
     // Sending-side state of every path of every peer, as the engine sees it now.
@@ -33,6 +33,18 @@ void dump_stats(Context& ctx) {
     return 0;
   });
   std::fprintf(stderr, "%s\n", nlohmann::ordered_json{{"metaroce_stats", stats}}.dump().c_str());
+}
+
+}  // namespace
+
+// METAROCE_STATS=1: the engine's counters and per-path state on stderr when
+// the context closes, one JSON object per progress thread (until the daemon
+// collects them).
+void dump_stats(Context& ctx) {
+  const char* env = std::getenv("METAROCE_STATS");
+  if (!env || std::strcmp(env, "0") == 0) return;
+  for (size_t k = 0; k < ctx.shards.size(); ++k)
+    dump_shard_stats(*ctx.shards[k], ctx.shards.size() > 1 ? static_cast<int>(k) : -1);
 }
 
 }  // namespace metaroce::verbs

@@ -61,6 +61,7 @@ enabled = false
 max_ttl = 4
 [devices.mr0]
 busy_poll_us = 50
+progress_threads = 3
 planes = ["eth0", "eth1"]
 [devices.mr1]
 [congestion.default]
@@ -88,6 +89,8 @@ rate_hint_utilization = 0.9
   EXPECT_EQ(c.devices.at("mr0").busy_poll_us, 50u);
   ASSERT_EQ(c.devices.count("mr1"), 1u);
   EXPECT_FALSE(c.devices.at("mr1").busy_poll_us);
+  EXPECT_EQ(c.devices.at("mr0").progress_threads, 3u);
+  EXPECT_FALSE(c.devices.at("mr1").progress_threads);
   EXPECT_EQ(c.devices.at("mr0").planes, (std::vector<std::string>{"eth0", "eth1"}));
   EXPECT_TRUE(c.devices.at("mr1").planes.empty());
   EXPECT_EQ(c.classes.at("default").target_delay_ns, 500'000u);
@@ -137,6 +140,15 @@ TEST(Config, TypeAndRangeErrorsNameTheKeyAndLine) {
   e = only_error("[devices.mr0]\n\nbusy_poll_us = 1000001\n");
   EXPECT_EQ(e.line, 3u);
   EXPECT_NE(e.message.find("out of range"), std::string::npos) << e.message;
+  for (const char* n : {"0", "17"}) {
+    e = only_error(std::string("[devices.mr0]\nbusy_poll_us = 5\nprogress_threads = ") + n + "\n");
+    EXPECT_EQ(e.line, 3u);
+    EXPECT_NE(e.message.find(std::string("'progress_threads' = ") + n + " is out of range [1, 16]"), std::string::npos)
+        << e.message;
+  }
+  e = only_error("[devices.mr0]\nprogress_threads = \"4\"\n");
+  EXPECT_EQ(e.line, 2u);
+  EXPECT_NE(e.message.find("'progress_threads' must be an integer"), std::string::npos) << e.message;
   e = only_error("[devices.mr0]\nbusy_pol_us = 5\n");
   EXPECT_NE(e.message.find("unknown key 'busy_pol_us' in [devices.mr0]"), std::string::npos) << e.message;
   e = only_error("[devices.mr0]\nplanes = [\"eth0\", \"eth1\", \"eth0\"]\n");

@@ -55,6 +55,18 @@ TEST(Ctl, RoundTripsEveryRequest) {
   EXPECT_EQ(m->type, Type::PeerPortsOk);
 }
 
+TEST(Ctl, ALeaseOkTakesProgressThreadsFrom1To16) {
+  for (int n : {1, 16}) {
+    std::string error;
+    auto m = parse(
+        R"({"v":1,"type":"lease_ok","home_port":4792,"stats_interval_ms":0,"block_first":20000,"block_size":64,"source_ports":[20000],"policy":{},"progress_threads":)" +
+            std::to_string(n) + "}",
+        error);
+    ASSERT_TRUE(m) << error;
+    EXPECT_EQ(m->body["progress_threads"], n);
+  }
+}
+
 TEST(Ctl, RefusesMalformedMessages) {
   EXPECT_EQ(refusal(""), "empty message");
   EXPECT_EQ(refusal(std::string(kMaxMessageBytes + 1, ' ')), "message too long");
@@ -100,6 +112,16 @@ TEST(Ctl, RefusesBadFields) {
           R"({"v":1,"type":"lease_ok","home_port":4792,"stats_interval_ms":0,"block_first":20000,"block_size":64,"source_ports":[20000],"policy":{},"busy_poll_us":1000001})")
           .find("busy_poll_us"),
       std::string::npos);
+  for (const char* n : {"0", "17", "-1", "\"4\""}) {
+    EXPECT_NE(
+        refusal(
+            std::string(
+                R"({"v":1,"type":"lease_ok","home_port":4792,"stats_interval_ms":0,"block_first":20000,"block_size":64,"source_ports":[20000],"policy":{},"progress_threads":)") +
+            n + "}")
+            .find("progress_threads"),
+        std::string::npos)
+        << n;
+  }
   for (const char* planes : {R"([])", R"(["eth0",""])", R"(["0123456789abcdef"])", R"("eth0")",
                              R"(["a","b","c","d","e","f","g","h","i"])", R"([7])"}) {
     EXPECT_NE(

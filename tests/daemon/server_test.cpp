@@ -439,7 +439,9 @@ TEST(Metaroced, ALeaseWithoutPathsGetsTheConfiguredNumber) {
 }
 
 TEST(Metaroced, ALeaseCarriesItsDevicesSettings) {
-  Daemon d(std::string(kConfig) + "[devices.mr7]\nbusy_poll_us = 250\nplanes = [\"eth0\", \"eth1\"]\n");
+  Daemon d(std::string(kConfig) +
+           "[devices.mr7]\nbusy_poll_us = 250\nprogress_threads = 4\nplanes = [\"eth0\", \"eth1\"]\n"
+           "[devices.mr9]\nbusy_poll_us = 10\n");
   const int fd = connect_to(d.socket());
   ASSERT_GE(fd, 0);
   json req = lease_request(::getpid());
@@ -448,12 +450,21 @@ TEST(Metaroced, ALeaseCarriesItsDevicesSettings) {
   auto m = receive(fd);
   ASSERT_TRUE(m && m->type == ctl::Type::LeaseOk);
   EXPECT_EQ(m->body.value("busy_poll_us", 0), 250);
+  EXPECT_EQ(m->body.value("progress_threads", 0), 4);
   EXPECT_EQ(m->body.value("planes", json::array()), json::array({"eth0", "eth1"}));
   req["device"] = "mr8";  // no [devices.mr8]: the provider keeps its own settings
   ASSERT_TRUE(send_raw(fd, ctl::encode(req)));
   m = receive(fd);
   ASSERT_TRUE(m && m->type == ctl::Type::LeaseOk);
   EXPECT_FALSE(m->body.contains("busy_poll_us"));
+  EXPECT_FALSE(m->body.contains("progress_threads"));
+  EXPECT_FALSE(m->body.contains("planes"));
+  req["device"] = "mr9";  // a [devices.mr9] without progress_threads: only what it sets
+  ASSERT_TRUE(send_raw(fd, ctl::encode(req)));
+  m = receive(fd);
+  ASSERT_TRUE(m && m->type == ctl::Type::LeaseOk);
+  EXPECT_EQ(m->body.value("busy_poll_us", 0), 10);
+  EXPECT_FALSE(m->body.contains("progress_threads"));
   EXPECT_FALSE(m->body.contains("planes"));
   ::close(fd);
 }

@@ -133,6 +133,12 @@ case "$case_name" in
     check_result "$work/write_bw_4qps-client.log" 4 "write_bw -q 4 (MB/s avg in column 4)"
     perf_pair atomic_bw ib_atomic_bw "" "-n 1000"
     check_result "$work/atomic_bw-client.log" 4 "atomic_bw (MB/s avg in column 4)"
+    # Two progress threads on each side: the four QPs alternate between them.
+    (
+      export METAROCE_PROGRESS_THREADS=2
+      perf_pair write_bw_4qps_2threads ib_write_bw "" "-n 1000 -s 65536 -q 4"
+    ) || exit 1
+    check_result "$work/write_bw_4qps_2threads-client.log" 4 "write_bw -q 4, 2 progress threads (MB/s avg in column 4)"
     ;;
   *) echo "unknown case $case_name" >&2; exit 2 ;;
 esac

@@ -338,6 +338,10 @@ TEST(VerbsDevices, MetaroceProgressSliceTakesZeroOrTheKernelsRangeAndRefusesAnyt
   expect_env_values("METAROCE_PROGRESS_SLICE_US", {"0", "100", "100000"}, {"", "1", "99", "100001", "-5", "1ms"});
 }
 
+TEST(VerbsDevices, MetaroceProgressThreadsTakesOneToSixteenAndRefusesAnythingElse) {
+  expect_env_values("METAROCE_PROGRESS_THREADS", {"1", "2", "16"}, {"", "0", "17", "-1", "two"});
+}
+
 TEST(VerbsDevices, PlanesAreValidated) {
   // One family, distinct addresses, no empty item, at most 8.
   for (const char* spec : {"127.0.0.1,::1", "127.0.0.1,127.0.0.1", "127.0.0.1,", ",127.0.0.1",
@@ -959,12 +963,18 @@ TEST_F(VerbsTest, ModifyQpStateMachine) {
 }
 
 TEST_F(VerbsTest, QpNumbersEncodeTheHomePort) {
-  ibv_qp* qp1 = make_qp(a);
-  ibv_qp* qp2 = make_qp(a);
+  const int threads = metaroce_dv_progress_threads(a.ctx);
+  ASSERT_GE(threads, 1);
+  std::vector<ibv_qp*> qps;
+  for (int i = 0; i < 2 * threads; ++i) qps.push_back(make_qp(a));
   const uint16_t port = metaroce_dv_home_port(a.ctx);
   const uint32_t slot = port - metaroce::wire::kHomePortBase;
-  EXPECT_EQ(qp1->qp_num, (slot << metaroce::wire::kQpnIndexBits) | 1);
-  EXPECT_EQ(qp2->qp_num, qp1->qp_num + 1);
+  EXPECT_EQ(qps[0]->qp_num, (slot << metaroce::wire::kQpnIndexBits) | 1);
+  // QPs go to the progress threads round-robin, each numbering its own from
+  // its home port.
+  EXPECT_EQ(qps[static_cast<size_t>(threads)]->qp_num, qps[0]->qp_num + 1);
+  for (int i = 1; i < threads; ++i)
+    EXPECT_NE(qps[static_cast<size_t>(i)]->qp_num >> metaroce::wire::kQpnIndexBits, slot);
   EXPECT_NE(metaroce_dv_home_port(a.ctx), metaroce_dv_home_port(b.ctx));
 }
 
@@ -1675,6 +1685,189 @@ TEST_F(VerbsTest, ProviderThreadsBlockAsynchronousSignals) {
     ++threads;
   }
   EXPECT_GE(threads, 2) << "each context runs a progress thread";
+}
+
+// Two contexts with two progress threads each (METAROCE_PROGRESS_THREADS,
+// read when a context opens): QPs alternate between the threads, while CQs,
+// memory regions and atomics span both (docs/verbs.md, "Progress threads").
+class ProgressThreadsTest : public ::testing::Test {
+ protected:
+  class ThreadsFromEnv {
+   public:
+    ThreadsFromEnv() {
+      if (const char* old = std::getenv(kName)) old_ = old;
+      setenv(kName, "2", 1);
+    }
+    ~ThreadsFromEnv() {
+      if (old_.empty()) unsetenv(kName);
+      else setenv(kName, old_.c_str(), 1);
+    }
+
+   private:
+    static constexpr const char* kName = "METAROCE_PROGRESS_THREADS";
+    std::string old_;
+  };
+
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(open_side(a));
+    ASSERT_NO_FATAL_FAILURE(open_side(b));
+    ASSERT_EQ(metaroce_dv_progress_threads(a.ctx), 2);
+    ASSERT_EQ(metaroce_dv_progress_threads(b.ctx), 2);
+    for (int i = 0; i < 2; ++i) {
+      qa[i] = make_qp(a);
+      qb[i] = make_qp(b);
+      ASSERT_NE(qa[i], nullptr);
+      ASSERT_NE(qb[i], nullptr);
+    }
+    // Each on its own progress thread's home port.
+    ASSERT_NE(qa[0]->qp_num >> metaroce::wire::kQpnIndexBits, qa[1]->qp_num >> metaroce::wire::kQpnIndexBits);
+    ASSERT_NE(qb[0]->qp_num >> metaroce::wire::kQpnIndexBits, qb[1]->qp_num >> metaroce::wire::kQpnIndexBits);
+    // Crossed: a's first thread talks to b's second and the other way round.
+    ASSERT_NO_FATAL_FAILURE(connect(qa[0], a, qb[1], b));
+    ASSERT_NO_FATAL_FAILURE(connect(qa[1], a, qb[0], b));
+  }
+
+  ThreadsFromEnv env_;  // first: the contexts open with it
+  Side a, b;
+  ibv_qp* qa[2] = {};
+  ibv_qp* qb[2] = {};
+};
+
+TEST_F(ProgressThreadsTest, OneCqAndOneMemoryRegionServeBothThreads) {
+  constexpr size_t kHalf = 1 << 20;
+  Buffer& local = a.buffer(2 * kHalf);
+  Buffer& remote = b.buffer(2 * kHalf);
+  fill(local, 3);
+  ASSERT_EQ(post_rdma(qa[0], IBV_WR_RDMA_WRITE, sge(local, 0, kHalf), remote, 100, 0), 0);
+  ASSERT_EQ(post_rdma(qa[1], IBV_WR_RDMA_WRITE, sge(local, kHalf, kHalf), remote, 101, kHalf), 0);
+  const std::vector<ibv_wc> wc = wait_wc(a.scq, 2);
+  ASSERT_EQ(wc.size(), 2u);
+  std::vector<uint32_t> qpns;
+  for (const ibv_wc& w : wc) {
+    EXPECT_EQ(w.status, IBV_WC_SUCCESS);
+    qpns.push_back(w.qp_num);
+  }
+  std::sort(qpns.begin(), qpns.end());
+  EXPECT_EQ(qpns,
+            (std::vector<uint32_t>{std::min(qa[0]->qp_num, qa[1]->qp_num), std::max(qa[0]->qp_num, qa[1]->qp_num)}));
+  EXPECT_EQ(local.bytes, remote.bytes);
+
+  // Receives of both threads' QPs complete on b's one receive CQ.
+  Buffer& inbox = b.buffer(64);
+  ASSERT_EQ(post_recv(qb[0], 1, {sge(inbox, 0, 32)}), 0);
+  ASSERT_EQ(post_recv(qb[1], 2, {sge(inbox, 32, 32)}), 0);
+  for (ibv_qp* qp : qa) {
+    ibv_sge s = sge(local, 0, 32);
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_SEND;
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(qp, &wr, &bad), 0);
+  }
+  const std::vector<ibv_wc> received = wait_wc(b.rcq, 2);
+  ASSERT_EQ(received.size(), 2u);
+  EXPECT_NE(received[0].qp_num, received[1].qp_num);
+  EXPECT_EQ(std::memcmp(inbox.data(), local.data(), 32), 0);
+  EXPECT_EQ(std::memcmp(inbox.data() + 32, local.data(), 32), 0);
+}
+
+TEST_F(ProgressThreadsTest, AtomicsFromBothThreadsAreAtomicTogether) {
+  constexpr uint64_t kEach = 400;
+  constexpr uint64_t kDepth = 8;
+  Buffer& counter = b.buffer(8);
+  std::memset(counter.data(), 0, 8);
+  Buffer& results = a.buffer(2 * kEach * 8);
+  uint64_t posted[2] = {0, 0};
+  uint64_t done = 0;
+  const auto deadline = Clock::now() + kTimeout;
+  while (done < 2 * kEach && Clock::now() < deadline) {
+    for (int q = 0; q < 2; ++q) {
+      while (posted[q] < kEach && posted[q] - (done / 2) < kDepth) {
+        const uint64_t slot = static_cast<uint64_t>(q) * kEach + posted[q];
+        ibv_sge s = sge(results, slot * 8, 8);
+        ibv_send_wr wr{};
+        wr.wr_id = slot;
+        wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+        wr.sg_list = &s;
+        wr.num_sge = 1;
+        wr.wr.atomic.remote_addr = counter.addr();
+        wr.wr.atomic.rkey = counter.mr->rkey;
+        wr.wr.atomic.compare_add = 1;
+        ibv_send_wr* bad = nullptr;
+        ASSERT_EQ(ibv_post_send(qa[q], &wr, &bad), 0);
+        ++posted[q];
+      }
+    }
+    ibv_wc wc[16];
+    const int n = ibv_poll_cq(a.scq, 16, wc);
+    ASSERT_GE(n, 0);
+    for (int i = 0; i < n; ++i) ASSERT_EQ(wc[i].status, IBV_WC_SUCCESS);
+    done += static_cast<uint64_t>(n);
+  }
+  ASSERT_EQ(done, 2 * kEach);
+  uint64_t total = 0;
+  std::memcpy(&total, counter.data(), 8);
+  EXPECT_EQ(total, 2 * kEach);
+  // Every value the counter held was fetched exactly once.
+  std::vector<uint64_t> fetched(2 * kEach);
+  std::memcpy(fetched.data(), results.data(), fetched.size() * 8);
+  std::sort(fetched.begin(), fetched.end());
+  std::vector<uint64_t> every(2 * kEach);
+  std::iota(every.begin(), every.end(), 0);
+  EXPECT_EQ(fetched, every);
+}
+
+TEST_F(ProgressThreadsTest, ACqUsedOnEitherThreadCannotBeDestroyed) {
+  ibv_cq* cq = ibv_create_cq(a.ctx, 16, nullptr, nullptr, 0);
+  ASSERT_NE(cq, nullptr);
+  ibv_qp_init_attr attr{};
+  attr.send_cq = cq;
+  attr.recv_cq = cq;
+  attr.qp_type = IBV_QPT_RC;
+  attr.cap.max_send_wr = 4;
+  attr.cap.max_recv_wr = 4;
+  attr.cap.max_send_sge = 1;
+  attr.cap.max_recv_sge = 1;
+  ibv_qp* first = ibv_create_qp(a.pd, &attr);   // the first thread's (SetUp made two)
+  ibv_qp* second = ibv_create_qp(a.pd, &attr);  // the second's
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(first->qp_num >> metaroce::wire::kQpnIndexBits, qa[0]->qp_num >> metaroce::wire::kQpnIndexBits);
+  EXPECT_EQ(ibv_destroy_qp(first), 0);
+  EXPECT_EQ(ibv_destroy_cq(cq), EBUSY);
+  EXPECT_EQ(ibv_destroy_qp(second), 0);
+  EXPECT_EQ(ibv_destroy_cq(cq), 0);
+}
+
+TEST_F(ProgressThreadsTest, ADeregisteredRegionIsGoneForBothThreads) {
+  Buffer& local = a.buffer(4096);
+  auto remote = std::make_unique<Buffer>(4096);
+  remote->mr = ibv_reg_mr(b.pd, remote->data(), 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ASSERT_NE(remote->mr, nullptr);
+  for (int q = 0; q < 2; ++q) {
+    ASSERT_EQ(post_rdma(qa[q], IBV_WR_RDMA_WRITE, sge(local, 0, 4096), *remote, static_cast<uint64_t>(q)), 0);
+    const std::vector<ibv_wc> wc = wait_wc(a.scq, 1);
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  }
+  const uint32_t rkey = remote->mr->rkey;
+  ASSERT_EQ(ibv_dereg_mr(remote->mr), 0);
+  remote->mr = nullptr;
+  for (int q = 0; q < 2; ++q) {
+    ibv_sge s = sge(local, 0, 64);
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    wr.wr.rdma.remote_addr = remote->addr();
+    wr.wr.rdma.rkey = rkey;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(qa[q], &wr, &bad), 0);
+    const std::vector<ibv_wc> wc = wait_wc(a.scq, 1);
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].status, IBV_WC_REM_ACCESS_ERR) << "QP " << q;
+  }
 }
 
 }  // namespace
