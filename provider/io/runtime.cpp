@@ -486,7 +486,8 @@ bool RuntimeImpl::start(std::string& error) {
     return false;
   }
   engine_ = std::make_unique<transport::Endpoint>(config, options_.memory);
-  engine_->memory().set_guarded_read(&guarded_read);
+  // A shared table is its owner's to set up (RuntimeOptions::memory).
+  if (!options_.memory) engine_->memory().set_guarded_read(&guarded_read);
   engine_->set_completion_observer([this](uint32_t cq) { completion_pushed(cq); });
   PeerKey own_key;
   if (make_peer_key(local_, home_port_, own_key))

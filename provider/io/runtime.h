@@ -69,7 +69,8 @@ struct RuntimeOptions {
   // the kernel, so concurrent processes never collide.
   transport::EndpointConfig endpoint;  // endpoint.paths, mtu, timers; home_port is filled in
   // The engine's memory-region table when it shares one with other
-  // runtimes (transport::Endpoint's constructor); null: its own.
+  // runtimes (transport::Endpoint's constructor), with its guarded reader
+  // (guarded_read.h) already set; null: its own.
   std::shared_ptr<transport::MemoryRegistry> memory;
   // When not empty, path i binds path_source_ports[i] instead of an
   // ephemeral port (ports leased from the daemon, so that contexts never

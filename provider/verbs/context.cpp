@@ -23,6 +23,7 @@
 #include "context_options.h"
 #include "daemon_client.h"
 #include "exit_flush.h"
+#include "guarded_read.h"
 #include "provider.h"
 #include "runtime_start.h"
 
@@ -228,6 +229,7 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
   impl->planes.push_back({dev->netdev, dev->address_text, dev->address, dev->ifindex});
   impl->planes.insert(impl->planes.end(), dev->more_planes.begin(), dev->more_planes.end());
   impl->memory = std::make_shared<transport::MemoryRegistry>(key_seed());
+  impl->memory->set_guarded_read(&io::guarded_read);
   const bool started = start_shards(*dev, o, impl->planes, impl->memory, impl->shards, error);
   int fds[2] = {-1, -1};
   if (!started || ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {

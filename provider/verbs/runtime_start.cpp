@@ -263,8 +263,10 @@ bool start_shards(const Device& device, Options& o, std::vector<Device::Plane>& 
   if (!first->runtime) return false;
   uint32_t wanted = o.progress_threads;
   if (wanted == 0) wanted = default_progress_threads();
-  if (o.home_port_from_kernel && wanted > 1) {
-    warn_once(device.name + ": a kernel device's context has one port slot, so one progress thread");
+  if (o.home_port_from_kernel) {
+    // Said only to whoever asked for more, not to every user of a many-core host.
+    if (o.progress_threads > 1)
+      warn_once(device.name + ": a kernel device's context has one port slot, so one progress thread");
     wanted = 1;
   }
   shards.push_back(std::move(first));
