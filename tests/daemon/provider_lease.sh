@@ -2,8 +2,10 @@
 # SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 # The verbs provider and metaroced over loopback (no root): three provider
 # processes lease disjoint home ports and source-port blocks and really bind
-# them; kill -9 returns a process's lease; without a daemon a program gets
-# one warning however many contexts it opens, and still works.
+# them; a device whose [devices.NAME] sets progress_threads = 2 holds two
+# leases, one per progress thread; kill -9 returns a process's lease;
+# without a daemon a program gets one warning however many contexts it
+# opens, and still works.
 #
 # Environment (tests/daemon/meson.build): METAROCED, METAROCE_CLI, METAROCE_RUN.
 source "$(dirname "$0")/../lib/harness.sh" || exit 1
@@ -22,7 +24,7 @@ contexts() { "$CLI" --socket "$SOCK" --json stats | json - 'len(d["contexts"])';
 # Home ports from 8600: runtimes without a daemon (other tests') take the
 # first free one from 4792, so the holder of a port there may come and go.
 HOME_FIRST=8600
-printf '[ports]\nhome_first = %d\nhome_count = 64\nsource_first = 23000\nsource_count = 1280\npaths_per_connection = 3\n[devices.mr0]\nbusy_poll_us = 77\n' \
+printf '[ports]\nhome_first = %d\nhome_count = 64\nsource_first = 23000\nsource_count = 1280\npaths_per_connection = 3\n[devices.mr0]\nbusy_poll_us = 77\n[devices.mr2]\nprogress_threads = 2\n' \
     "$HOME_FIRST" >"$WORK/d.toml"
 "$DAEMON" --config "$WORK/d.toml" --socket "$SOCK" 2>"$WORK/daemon.log" &
 DPID=$!
@@ -147,6 +149,45 @@ for l in after:
 assert len(json.load(open(sys.argv[3]))["contexts"]) == 2, "the contexts do not report to the new daemon"
 PY
 pass "a daemon restart: both running contexts leased their own home port and block again and report again"
+
+# [devices.mr2] progress_threads = 2: the context runs two progress threads,
+# each on a home port and source ports of its own lease. Its process is the
+# one that holds leases and did not before.
+"$CLI" --socket "$SOCK" --json status >"$WORK/before-mr2.json"
+METAROCE_DAEMON_SOCKET="$SOCK" timeout 60 "$RUN" --dev mr2=lo ib_write_bw -d mr2 -x 0 -p $((19600 + RANDOM % 200 * 3)) \
+    >"$WORK/server-mr2" 2>&1 &
+threaded=$!
+new_pids() {
+    "$CLI" --socket "$SOCK" --json status >"$WORK/status-mr2.json"
+    python3 - "$WORK/before-mr2.json" "$WORK/status-mr2.json" <<'PY'
+import json, sys
+before = {l["pid"] for l in json.load(open(sys.argv[1]))["leases"]}
+print(len({l["pid"] for l in json.load(open(sys.argv[2]))["leases"]} - before))
+PY
+}
+one_new_process() { [[ $(new_pids) == 1 ]]; }
+wait_until 10 one_new_process || fail "the mr2 context holds no lease: $(cat "$WORK/server-mr2")"
+two_leases_bound() {
+    "$CLI" --socket "$SOCK" --json status >"$WORK/status-mr2.json"
+    python3 - "$WORK/before-mr2.json" "$WORK/status-mr2.json" <<'PY'
+import json, subprocess, sys
+before = {l["pid"] for l in json.load(open(sys.argv[1]))["leases"]}
+held = [l for l in json.load(open(sys.argv[2]))["leases"] if l["pid"] not in before]
+pid = held[0]["pid"]
+bound = subprocess.run(["ss", "-uanpH"], capture_output=True, text=True).stdout
+local = {int(line.split()[3].rsplit(":", 1)[1]) for line in bound.splitlines() if f"pid={pid}," in line}
+# Two of its leases in use (a lease whose home port was taken stays held, as above).
+used = [l for l in held if l["home_port"] in local]
+assert len(used) == 2, f"bound {sorted(local)}, leases {held}"
+for l in used:
+    block = set(range(l["block_first"], l["block_first"] + l["block_size"]))
+    assert len(local & block) == 3, f"{sorted(local & block)} of the block from {l['block_first']} bound"
+PY
+}
+wait_until 10 two_leases_bound 2>/dev/null || two_leases_bound || fail "the mr2 context's two progress threads do not each bind their own lease"
+kill "$threaded" 2>/dev/null || true
+wait "$threaded" 2>/dev/null || true
+pass "[devices.mr2] progress_threads = 2: one context holds two leases and binds each one's home port and 3 source ports"
 
 # No daemon: one warning per process, and the program still works.
 out=$(METAROCE_DAEMON_SOCKET=$WORK/none.sock "$RUN" --dev mr0=lo --dev mr1=127.0.0.1 ibv_devinfo 2>&1) ||
