@@ -112,27 +112,20 @@ TEST(Ctl, RefusesBadFields) {
           R"({"v":1,"type":"lease_ok","home_port":4792,"stats_interval_ms":0,"block_first":20000,"block_size":64,"source_ports":[20000],"policy":{},"busy_poll_us":1000001})")
           .find("busy_poll_us"),
       std::string::npos);
-  for (const char* n : {"0", "17", "-1", "\"4\""}) {
+  // A lease_ok whose field `name` holds `value` (JSON) is refused, naming it.
+  auto refuses_field = [&](const std::string& name, const std::string& value) {
     EXPECT_NE(
         refusal(
-            std::string(
-                R"({"v":1,"type":"lease_ok","home_port":4792,"stats_interval_ms":0,"block_first":20000,"block_size":64,"source_ports":[20000],"policy":{},"progress_threads":)") +
-            n + "}")
-            .find("progress_threads"),
+            R"({"v":1,"type":"lease_ok","home_port":4792,"stats_interval_ms":0,"block_first":20000,"block_size":64,"source_ports":[20000],"policy":{},")" +
+            name + "\":" + value + "}")
+            .find(name),
         std::string::npos)
-        << n;
-  }
+        << name << " = " << value;
+  };
+  for (const char* n : {"0", "17", "-1", "\"4\""}) refuses_field("progress_threads", n);
   for (const char* planes : {R"([])", R"(["eth0",""])", R"(["0123456789abcdef"])", R"("eth0")",
-                             R"(["a","b","c","d","e","f","g","h","i"])", R"([7])"}) {
-    EXPECT_NE(
-        refusal(
-            std::string(
-                R"({"v":1,"type":"lease_ok","home_port":4792,"stats_interval_ms":0,"block_first":20000,"block_size":64,"source_ports":[20000],"policy":{},"planes":)") +
-            planes + "}")
-            .find("planes"),
-        std::string::npos)
-        << planes;
-  }
+                             R"(["a","b","c","d","e","f","g","h","i"])", R"([7])"})
+    refuses_field("planes", planes);
   EXPECT_NE(refusal(R"({"v":1,"type":"lease","pid":1,"address":"a","device":7})").find("device"), std::string::npos);
 }
 

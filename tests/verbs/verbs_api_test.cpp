@@ -255,6 +255,18 @@ int post_rdma(ibv_qp* qp, ibv_wr_opcode opcode, ibv_sge local, Buffer& remote, u
   return ibv_post_send(qp, &wr, &bad);
 }
 
+// Posts one SEND of `length` bytes of `src` from `offset`.
+void send_to(ibv_qp* qp, Buffer& src, uint32_t offset, uint32_t length, uint64_t wr_id) {
+  ibv_sge s = sge(src, offset, length);
+  ibv_send_wr wr{};
+  wr.wr_id = wr_id;
+  wr.opcode = IBV_WR_SEND;
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(qp, &wr, &bad), 0);
+}
+
 void fill(Buffer& b, uint8_t seed) {
   for (size_t i = 0; i < b.bytes.size(); ++i) b.bytes[i] = static_cast<uint8_t>(seed + i * 7 + (i >> 8));
 }
@@ -757,13 +769,7 @@ TEST_F(VerbsTest, CompletionChannelWakesTheWaiter) {
   ASSERT_EQ(ibv_req_notify_cq(b.rcq, 0), 0);
   for (int round = 0; round < 3; ++round) {
     ASSERT_EQ(post_recv(qb, static_cast<uint64_t>(round), {sge(dst, 0, 64)}), 0);
-    ibv_sge s = sge(src, 0, 64);
-    ibv_send_wr wr{};
-    wr.opcode = IBV_WR_SEND;
-    wr.sg_list = &s;
-    wr.num_sge = 1;
-    ibv_send_wr* bad = nullptr;
-    ASSERT_EQ(ibv_post_send(qa, &wr, &bad), 0);
+    ASSERT_NO_FATAL_FAILURE(send_to(qa, src, 0, 64, 0));
     pollfd pfd{b.channel->fd, POLLIN, 0};
     ASSERT_EQ(::poll(&pfd, 1, 10000), 1) << "no completion event";
     ibv_cq* ev_cq = nullptr;
@@ -821,13 +827,7 @@ TEST_F(VerbsTest, EventOfADestroyedCqIsDiscarded) {
   // see its completion before the event is on the channel.
   for (auto [sender, receiver, offset] : {std::tuple{qa2, qd, 0}, std::tuple{qa, qb, 64}}) {
     ASSERT_EQ(post_recv(receiver, 1, {sge(dst, static_cast<size_t>(offset), 64)}), 0);
-    ibv_sge s = sge(src, 0, 64);
-    ibv_send_wr wr{};
-    wr.opcode = IBV_WR_SEND;
-    wr.sg_list = &s;
-    wr.num_sge = 1;
-    ibv_send_wr* bad = nullptr;
-    ASSERT_EQ(ibv_post_send(sender, &wr, &bad), 0);
+    ASSERT_NO_FATAL_FAILURE(send_to(sender, src, 0, 64, 0));
     ASSERT_EQ(wait_wc(a.scq, 1).size(), 1u);
   }
   int bytes = wait_channel_bytes(b.channel->fd, 16);
@@ -1029,17 +1029,6 @@ bool next_async_event(ibv_context* ctx, ibv_async_event& event) {
   pollfd pfd{ctx->async_fd, POLLIN, 0};
   if (::poll(&pfd, 1, 10000) != 1) return false;
   return ibv_get_async_event(ctx, &event) == 0;
-}
-
-void send_to(ibv_qp* qp, Buffer& src, uint32_t offset, uint32_t length, uint64_t wr_id) {
-  ibv_sge s = sge(src, offset, length);
-  ibv_send_wr wr{};
-  wr.wr_id = wr_id;
-  wr.opcode = IBV_WR_SEND;
-  wr.sg_list = &s;
-  wr.num_sge = 1;
-  ibv_send_wr* bad = nullptr;
-  ASSERT_EQ(ibv_post_send(qp, &wr, &bad), 0);
 }
 
 TEST_F(VerbsTest, DeviceReportsSrqAndAddressHandles) {
@@ -1454,14 +1443,7 @@ TEST_F(VerbsTest, SendBeforeReceiveIsRetried) {
   Buffer& src = a.buffer(128);
   Buffer& dst = b.buffer(128);
   fill(src, 5);
-  ibv_sge s = sge(src, 0, 128);
-  ibv_send_wr wr{};
-  wr.wr_id = 3;
-  wr.opcode = IBV_WR_SEND;
-  wr.sg_list = &s;
-  wr.num_sge = 1;
-  ibv_send_wr* bad = nullptr;
-  ASSERT_EQ(ibv_post_send(qa, &wr, &bad), 0);
+  ASSERT_NO_FATAL_FAILURE(send_to(qa, src, 0, 128, 3));
   // No receive yet: receiver-not-ready, retried (rnr_retry = 7: forever).
   // A bounded absence check: verbs show no event for an RNR retry.
   EXPECT_EQ(wait_wc(a.scq, 1, std::chrono::milliseconds(30)).size(), 0u);
@@ -1579,14 +1561,8 @@ TEST_F(VerbsTest, ManyQueuePairsAtOnce) {
   fill(src, 11);
   for (int i = 0; i < kPairs; ++i) {
     ASSERT_EQ(post_recv(bs[i], static_cast<uint64_t>(i), {sge(dst, i * kSize, kSize)}), 0);
-    ibv_sge s = sge(src, i * kSize, kSize);
-    ibv_send_wr wr{};
-    wr.wr_id = static_cast<uint64_t>(i);
-    wr.opcode = IBV_WR_SEND;
-    wr.sg_list = &s;
-    wr.num_sge = 1;
-    ibv_send_wr* bad = nullptr;
-    ASSERT_EQ(ibv_post_send(as[i], &wr, &bad), 0);
+    ASSERT_NO_FATAL_FAILURE(
+        send_to(as[i], src, static_cast<uint32_t>(i * kSize), static_cast<uint32_t>(kSize), static_cast<uint64_t>(i)));
   }
   const auto rw = wait_wc(b.rcq, kPairs);
   ASSERT_EQ(rw.size(), static_cast<size_t>(kPairs));
@@ -1756,15 +1732,7 @@ TEST_F(ProgressThreadsTest, OneCqAndOneMemoryRegionServeBothThreads) {
   Buffer& inbox = b.buffer(64);
   ASSERT_EQ(post_recv(qb[0], 1, {sge(inbox, 0, 32)}), 0);
   ASSERT_EQ(post_recv(qb[1], 2, {sge(inbox, 32, 32)}), 0);
-  for (ibv_qp* qp : qa) {
-    ibv_sge s = sge(local, 0, 32);
-    ibv_send_wr wr{};
-    wr.opcode = IBV_WR_SEND;
-    wr.sg_list = &s;
-    wr.num_sge = 1;
-    ibv_send_wr* bad = nullptr;
-    ASSERT_EQ(ibv_post_send(qp, &wr, &bad), 0);
-  }
+  for (ibv_qp* qp : qa) ASSERT_NO_FATAL_FAILURE(send_to(qp, local, 0, 32, 0));
   const std::vector<ibv_wc> received = wait_wc(b.rcq, 2);
   ASSERT_EQ(received.size(), 2u);
   EXPECT_NE(received[0].qp_num, received[1].qp_num);
