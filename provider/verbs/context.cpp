@@ -142,7 +142,7 @@ bool Context::route_peer(Shard& shard, transport::PeerId peer, const sockaddr_st
   const wire::Security security = shard.engine([](transport::Endpoint& e) { return e.config().security; });
   if (security != wire::Security::Integrity && !shard.keyed_peers.count(peer)) {
     std::string error;
-    const std::optional<PeerKey> key = shard.daemon->peer_key(shard.home_port, address, error);
+    const std::optional<PeerKey> key = shard.daemon->peer_key(shard.runtime->home_port(), address, error);
     if (!key) {
       std::fprintf(stderr, "metaroce: %s: no key for a peer in %s mode (%s)\n", device->name.c_str(),
                    wire::to_string(security), error.c_str());
@@ -156,7 +156,7 @@ bool Context::route_peer(Shard& shard, transport::PeerId peer, const sockaddr_st
   }
   if (!shard.routed_peers.insert(peer).second) return true;
   std::string error;
-  const std::optional<PeerPorts> ports = shard.daemon->peer_ports(shard.home_port, address, paths, error);
+  const std::optional<PeerPorts> ports = shard.daemon->peer_ports(shard.runtime->home_port(), address, paths, error);
   if (!ports) {
     warn_once("metaroced gave no source ports for a peer (" + error + "); using the default ports");
     return true;
@@ -241,7 +241,6 @@ verbs_context* alloc_context(ibv_device* device, int cmd_fd, void* private_data)
     errno = saved;
     return nullptr;
   }
-  impl->home_port = impl->shards.front()->home_port;
   impl->mtu = std::clamp<uint32_t>(o.mtu, 256, 65000);
   impl->active_mtu = static_cast<ibv_mtu>(metaroce_ib_mtu_not_above(impl->mtu));
   // metaroced may have chosen the number of paths.

@@ -394,7 +394,7 @@ bool metaroce_dv_is_metaroce_context(ibv_context* context) { return context && d
 
 uint16_t metaroce_dv_home_port(ibv_context* context) {
   if (!metaroce_dv_is_metaroce_context(context)) return 0;
-  return context_of(context)->home_port;
+  return context_of(context)->shards.front()->runtime->home_port();
 }
 
 int metaroce_dv_progress_threads(ibv_context* context) {

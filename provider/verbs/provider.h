@@ -255,7 +255,6 @@ struct Shard {
   // metaroced's lease of this shard's ports (null without a daemon); its
   // thread uses `runtime`, so it is destroyed first.
   std::unique_ptr<DaemonClient> daemon;
-  uint16_t home_port = 0;
   // QPs and SRQs by engine number, for the async event observer. Changed and
   // read with this shard's engine lock held.
   std::unordered_map<uint32_t, Qp*> qps;
@@ -288,7 +287,6 @@ struct Context {
   // The planes the runtime runs over: the device's, or those metaroced's
   // [devices.NAME] planes names; [0] is the device's own netdev and address.
   std::vector<Device::Plane> planes;
-  uint16_t home_port = 0;
   uint32_t mtu = 0;                   // payload bytes per data packet (what fits the netdev's MTU, or METAROCE_MTU)
   ibv_mtu active_mtu = IBV_MTU_1024;  // the largest IB MTU not above mtu
   transport::Profile profile = transport::Profile::MetaRoCE;

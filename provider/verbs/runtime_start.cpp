@@ -286,7 +286,6 @@ bool start_shards(const Device& device, Options& o, std::vector<Device::Plane>& 
     }
     shards.push_back(std::move(shard));
   }
-  for (const std::unique_ptr<Shard>& shard : shards) shard->home_port = shard->runtime->home_port();
   return true;
 }
 
