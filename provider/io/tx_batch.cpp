@@ -52,18 +52,23 @@ void TxBatch::build(const PeerTable::View& peers, uint16_t default_sockets, uint
   if (n == 0) return;
   socket_count = std::max<uint16_t>(socket_count, 1);
 
-  // Stable counting sort of the datagrams by socket, starting at the socket
-  // after the one the last batch started with.
-  const uint16_t first = first_socket_ % socket_count;
-  first_socket_ = static_cast<uint16_t>(first + 1);
-  const auto position = [&](uint16_t socket) { return (socket + socket_count - first) % socket_count; };
-  bucket_.assign(size_t{socket_count} + 1, 0);
+  // Stable counting sort of the datagrams by socket, starting at the first
+  // socket with datagrams at or after the one the last batch started with
+  // (sockets this batch does not use take no turn: a peer whose paths use
+  // sockets 4..7 of 8 would otherwise go first with socket 4 five times in 8).
+  socket_datagrams_.assign(socket_count, 0);
   for (size_t i = 0; i < n; ++i) {
     Entry& e = entries_[i];
     e.socket = peers.socket(e.peer, e.path, default_sockets);
     if (e.socket >= socket_count) e.socket = static_cast<uint16_t>(e.path % std::max<uint16_t>(default_sockets, 1));
-    ++bucket_[position(e.socket) + 1];
+    ++socket_datagrams_[e.socket];
   }
+  uint16_t first = first_socket_ % socket_count;
+  while (socket_datagrams_[first] == 0) first = static_cast<uint16_t>((first + 1) % socket_count);
+  first_socket_ = static_cast<uint16_t>(first + 1);
+  const auto position = [&](uint16_t socket) { return (socket + socket_count - first) % socket_count; };
+  bucket_.assign(size_t{socket_count} + 1, 0);
+  for (uint16_t socket = 0; socket < socket_count; ++socket) bucket_[position(socket) + 1] = socket_datagrams_[socket];
   for (size_t s = 1; s <= socket_count; ++s) bucket_[s] += bucket_[s - 1];
   for (size_t i = 0; i < n; ++i) order_[bucket_[position(entries_[i].socket)]++] = static_cast<uint32_t>(i);
 

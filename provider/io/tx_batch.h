@@ -7,8 +7,8 @@
 //  - datagrams are grouped by path socket, stably, so each path keeps the
 //    engine's order (the receiver treats a path as FIFO); paths are
 //    independent, so interleaving across them is irrelevant, but which goes
-//    first is not (below, first_socket_): each batch starts with the socket
-//    after the one the last batch started with;
+//    first is not (below, first_socket_): each batch starts with the next of
+//    its sockets after the one the last batch started with;
 //  - within a path, consecutive datagrams to the same peer of the same size
 //    form one UDP_SEGMENT super-datagram (one iovec per datagram, three for
 //    one whose payload stays in application memory; no copy); a
@@ -120,12 +120,13 @@ class TxBatch {
   std::unique_ptr<sockaddr_storage[]> destinations_;
   std::unique_ptr<Control[]> controls_;
   std::unique_ptr<MessageInfo[]> info_;
-  std::vector<uint32_t> bucket_;  // counting sort by socket
-  // The socket whose messages go first in the next batch (modulo the
-  // socket count). The engine stamps a datagram's send time when it builds
-  // it, so if the same path always went first, the messages handed to the
-  // kernel last would always show the longest RTTs and get the smallest
-  // windows.
+  std::vector<uint32_t> socket_datagrams_;  // this batch's datagrams per socket
+  std::vector<uint32_t> bucket_;            // counting sort by socket
+  // Where the search for the socket whose messages go first in the next
+  // batch starts (modulo the socket count). The engine stamps a datagram's
+  // send time when it builds it, so if the same path went first more often,
+  // the messages handed to the kernel later would show longer RTTs, get
+  // smaller windows and carry fewer packets.
   uint16_t first_socket_ = 0;
   size_t count_ = 0;
   size_t message_count_ = 0;

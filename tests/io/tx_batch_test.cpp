@@ -164,6 +164,23 @@ TEST_F(TxBatchTest, EachBatchStartsWithTheSocketAfterTheOneTheLastBatchStartedWi
   EXPECT_EQ(first_sockets, (std::vector<uint16_t>{0, 1, 2, 0}));
 }
 
+TEST_F(TxBatchTest, SocketsABatchDoesNotUseTakeNoTurnGoingFirst) {
+  // A peer whose 4 paths use discovered sockets 4..7 of 8 (the defaults 0..3
+  // idle): over 8 batches each of its sockets goes first twice, as a path
+  // handed to the kernel later in every batch would show a longer RTT.
+  ASSERT_TRUE(peers_.set_sockets(peer_b_, {4, 5, 6, 7}));
+  peers_.refresh(view_);
+  std::vector<int> first_counts(8, 0);
+  for (int round = 0; round < 8; ++round) {
+    batch_.clear();
+    for (uint16_t path = 0; path < 4; ++path) add(peer_b_, path, 4152, static_cast<uint8_t>(path));
+    const auto m = build(4, true, nullptr, 8);
+    ASSERT_EQ(m.size(), 4u);
+    ++first_counts[m[0].socket];
+  }
+  EXPECT_EQ(first_counts, (std::vector<int>{0, 0, 0, 0, 2, 2, 2, 2}));
+}
+
 TEST_F(TxBatchTest, APeersOwnSocketMapRoutesItsPathsAndLeavesOtherPeersOnTheDefaults) {
   // Peer b's paths 0..3 leave through sockets 7, 5, 4, 6 (discovered for it).
   ASSERT_TRUE(peers_.set_sockets(peer_b_, {7, 5, 4, 6}));
