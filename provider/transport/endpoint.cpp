@@ -94,8 +94,8 @@ uint64_t Endpoint::inbound_capacity_bps() const {
 
 size_t Endpoint::active_senders(Time now) const {
   size_t count = 0;
-  for (const auto& [id, peer] : connections_)
-    if (peer.connection->sending_to_us(now)) ++count;
+  for (const TransmitSlot& slot : awake_)
+    if (slot.peer->connection->sending_to_us(now)) ++count;
   return count;
 }
 
@@ -105,9 +105,10 @@ uint64_t Endpoint::rate_hint_bps(Time now) const {
   const double equal = capacity / static_cast<double>(senders);
   double light_bps = 0;
   size_t light = 0;
-  for (const auto& [id, peer] : connections_) {
-    if (!peer.connection->sending_to_us(now)) continue;
-    const double rate = peer.connection->recent_rx_rate_bps(now);
+  for (const TransmitSlot& slot : awake_) {
+    const Connection& connection = *slot.peer->connection;
+    if (!connection.sending_to_us(now)) continue;
+    const double rate = connection.recent_rx_rate_bps(now);
     if (rate < equal / 2) {
       light_bps += rate;
       ++light;
@@ -123,12 +124,14 @@ void Endpoint::set_plane_up(Time now, uint16_t plane, bool up) {
   if (plane >= config_.planes || up == plane_up(plane)) return;
   if (up) planes_down_ &= ~(uint64_t{1} << plane);
   else planes_down_ |= uint64_t{1} << plane;
+  awaken_all();
   for (auto& [id, peer] : connections_) peer.connection->on_plane_change(now, plane, up);
 }
 
 void Endpoint::set_congestion(const CongestionConfig& cc) {
   config_.cc = cc;
   const CongestionParams params = congestion_params();
+  awaken_all();
   for (auto& [id, peer] : connections_) peer.connection->set_congestion(params);
 }
 
@@ -213,6 +216,7 @@ void Endpoint::release_completions() {
 }
 
 void Endpoint::flush_owed(Time now) {
+  awaken_all();
   for (auto& [peer, state] : connections_) state.connection->ack_everything_now();
   (void)now;
 }
@@ -300,6 +304,7 @@ PostResult Endpoint::post_send_ud(uint32_t qpn, const UdSendWr& wr) {
 
 PostResult Endpoint::destroy_qp(uint32_t qpn) {
   if (QueuePair* qp = find_qp(qpn)) {
+    awaken_qp_connection(qp);
     if (Connection* connection = qp->connection()) {
       // The peer may still wait for this QP's last stream ACK.
       connection->farewell(*qp);
@@ -339,6 +344,7 @@ PostResult Endpoint::modify_qp(uint32_t qpn, const QpModify& modify) {
     return PostResult::Ok;
   }
   if (modify.next == from && from != QpState::Error && from != QpState::Reset) return PostResult::Ok;
+  awaken_qp_connection(qp);
   switch (modify.next) {
     case QpState::Init: qp->to_init(); break;
     case QpState::ReadyToReceive: {
@@ -349,6 +355,7 @@ PostResult Endpoint::modify_qp(uint32_t qpn, const QpModify& modify) {
       if (qp->connection() && qp->connection() != connection) qp->connection()->detach(qp);
       qp->to_rtr(connection, modify.remote_qpn, resolved);
       connection->attach(qp);
+      awaken_qp_connection(qp);
       break;
     }
     case QpState::ReadyToSend:
@@ -386,11 +393,16 @@ const RetryExhaustion* Endpoint::retry_exhaustion(uint32_t qpn) const {
 
 PostResult Endpoint::post_send(uint32_t qpn, const SendWr& wr) {
   QueuePair* qp = find_qp(qpn);
-  return qp ? qp->post_send(wr) : PostResult::NoSuchObject;
+  if (!qp) return PostResult::NoSuchObject;
+  awaken_qp_connection(qp);
+  return qp->post_send(wr);
 }
 
 PostResult Endpoint::post_recv(uint32_t qpn, const RecvWr& wr) {
-  if (QueuePair* qp = find_qp(qpn)) return qp->post_recv(wr);
+  if (QueuePair* qp = find_qp(qpn)) {
+    awaken_qp_connection(qp);
+    return qp->post_recv(wr);
+  }
   if (UdQueuePair* ud = find_ud_qp(qpn)) return ud->post_recv(wr);
   return PostResult::NoSuchObject;
 }
@@ -403,7 +415,8 @@ Endpoint::Peer* Endpoint::peer_for(PeerId peer, bool create) {
   if (!create) return nullptr;
   Peer& fresh = connections_[peer];
   fresh.connection = std::make_unique<Connection>(*this, peer);
-  add_to_transmit_order(peer, fresh);
+  fresh.distance = transmit_distance(peer);
+  awake_.reserve(connections_.size());
   return &fresh;
 }
 
@@ -413,22 +426,33 @@ uint64_t Endpoint::transmit_distance(PeerId peer) const {
   return key - transmit_own_key_ - 1;
 }
 
-void Endpoint::add_to_transmit_order(PeerId id, Peer& peer) {
-  const TransmitSlot slot{transmit_distance(id), id, &peer};
-  const auto at =
-      std::upper_bound(transmit_order_.begin(), transmit_order_.end(), slot,
-                       [](const TransmitSlot& a, const TransmitSlot& b) { return a.distance < b.distance; });
-  // A connection that joins before the round's next stop keeps that stop.
-  if (static_cast<size_t>(at - transmit_order_.begin()) < tx_next_) ++tx_next_;
-  transmit_order_.insert(at, slot);
+void Endpoint::awaken(PeerId id, Peer& peer) {
+  if (peer.awake) return;
+  peer.awake = true;
+  const TransmitSlot slot{peer.distance, id, &peer};
+  awake_.insert(std::upper_bound(awake_.begin(), awake_.end(), slot), slot);
+}
+
+void Endpoint::awaken_all() {
+  for (auto& [id, peer] : connections_) awaken(id, peer);
+}
+
+void Endpoint::awaken_qp_connection(const QueuePair* qp) {
+  if (!qp->connection()) return;
+  auto it = connections_.find(qp->connection()->peer());
+  if (it != connections_.end()) awaken(it->first, it->second);
 }
 
 void Endpoint::set_transmit_order(uint64_t own_key, std::function<uint64_t(PeerId)> key_of) {
   transmit_own_key_ = own_key;
   transmit_key_of_ = std::move(key_of);
-  transmit_order_.clear();
-  tx_next_ = 0;
-  for (auto& [id, peer] : connections_) add_to_transmit_order(id, peer);
+  awake_.clear();
+  tx_last_.reset();
+  for (auto& [id, peer] : connections_) {
+    peer.distance = transmit_distance(id);
+    if (peer.awake) awake_.push_back(TransmitSlot{peer.distance, id, &peer});
+  }
+  std::sort(awake_.begin(), awake_.end());
 }
 
 Connection* Endpoint::connection_for(PeerId peer, bool create) {
@@ -489,6 +513,8 @@ void Endpoint::on_datagram(Time now, PeerId from, std::span<const uint8_t> datag
     return;
   }
   const bool fresh_epoch = verdict == PeerSession::EpochVerdict::New;
+  latest_now_ = std::max(latest_now_, now);
+  awaken(from, *peer);
   // A new incarnation's numbering starts from nothing.
   static const ReplayWindow unseen;
   const ReplayWindow& window = fresh_epoch ? unseen : session.window(common.dst_epoch != 0);
@@ -599,7 +625,8 @@ void Endpoint::on_ud_datagram(const UdAddresses& addresses, std::span<const uint
 }
 
 void Endpoint::on_timer(Time now) {
-  for (auto& [id, peer] : connections_) peer.connection->on_timer(now);
+  latest_now_ = std::max(latest_now_, now);
+  for (const TransmitSlot& slot : awake_) slot.peer->connection->on_timer(now);
 }
 
 std::optional<TxDatagram> Endpoint::poll_transmit(Time now, std::span<uint8_t> buf) {
@@ -622,27 +649,28 @@ std::optional<TxDatagram> Endpoint::poll_transmit(Time now, std::span<uint8_t> b
       }
     }
   }
-  if (transmit_order_.empty()) return std::nullopt;
+  if (connections_.empty()) return std::nullopt;
   if (buf.size() <= wire::kMaxTrailerBytes) return std::nullopt;
   const std::span<uint8_t> body = buf.first(buf.size() - wire::kMaxTrailerBytes);
   const bool gather = config_.gather_payload && config_.security == wire::Security::Integrity;
-  // Round-robin over connections in transmit order, from the one after the
-  // connection served last.
-  const size_t count = transmit_order_.size();
-  size_t at = tx_next_ < count ? tx_next_ : 0;
-  for (size_t i = 0; i < count; ++i) {
-    const TransmitSlot slot = transmit_order_[at];  // a copy: serving it may add connections
-    if (++at == count) at = 0;
+  // Round-robin over the listed connections in transmit order, from the one
+  // after the connection served last.
+  latest_now_ = std::max(latest_now_, now);
+  auto it = tx_last_ ? std::upper_bound(awake_.begin(), awake_.end(), *tx_last_) : awake_.begin();
+  for (size_t i = 0; i < awake_.size(); ++i) {
+    if (it == awake_.end()) it = awake_.begin();
+    const TransmitSlot slot = *it;
     uint16_t path_id = 0;
     std::span<const uint8_t> gathered;
     size_t length = slot.peer->connection->poll_transmit(now, body, path_id, gather ? &gathered : nullptr);
     if (length > 0) length = frame(*slot.peer, buf, length, gathered);
     if (length > 0) {
-      tx_next_ = at;
+      tx_last_ = slot;
       const auto head =
           static_cast<uint32_t>(gathered.empty() ? 0 : length - wire::kIntegrityTrailerBytes - gathered.size());
       return TxDatagram{slot.id, path_id, plane_of_path(path_id), static_cast<uint32_t>(length), head, gathered};
     }
+    ++it;
   }
   if (config_.driver_releases_completions) completions_releasable_ = !held_completions_.empty();
   else release_completions();
@@ -658,7 +686,16 @@ Time Endpoint::next_wakeup() const {
   for (const auto& [qpn, qp] : ud_qps_)
     if (qp->has_pending()) return 0;
   Time wake = kNever;
-  for (const auto& [id, peer] : connections_) wake = std::min(wake, peer.connection->next_wakeup());
+  for (auto it = awake_.begin(); it != awake_.end();) {
+    const Time at = it->peer->connection->next_wakeup();
+    if (at == kNever && !it->peer->connection->sending_to_us(latest_now_)) {
+      it->peer->awake = false;
+      it = awake_.erase(it);
+      continue;
+    }
+    wake = std::min(wake, at);
+    ++it;
+  }
   return wake;
 }
 

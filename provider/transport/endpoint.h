@@ -199,6 +199,11 @@ class Endpoint {
   size_t max_datagram_bytes() const;
   // Earliest time on_timer or poll_transmit has something to do; kNever if idle.
   Time next_wakeup() const;
+  // Connections that may have work (a timer, a datagram to send, an ACK
+  // owed) or sent data within their activity window: the only ones that
+  // on_timer, poll_transmit, next_wakeup and the rate hint visit. The others
+  // leave the list when next_wakeup() finds them quiet. For tests.
+  size_t awake_connections() const { return awake_.size(); }
   // Before the driver stops for good: every ACK the peers are owed becomes
   // due now (poll_transmit then hands it out).
   void flush_owed(Time now);
@@ -254,6 +259,8 @@ class Endpoint {
   struct Peer {
     std::unique_ptr<Connection> connection;
     PeerSession session;
+    uint64_t distance = 0;       // its place in the transmit round (set_transmit_order)
+    mutable bool awake = false;  // listed in awake_
   };
   // A connection's place in the transmit round (set_transmit_order): its
   // key's distance after the own key.
@@ -261,9 +268,16 @@ class Endpoint {
     uint64_t distance = 0;
     PeerId id = 0;
     Peer* peer = nullptr;
+    bool operator<(const TransmitSlot& other) const {
+      return distance != other.distance ? distance < other.distance : id < other.id;
+    }
   };
   uint64_t transmit_distance(PeerId peer) const;
-  void add_to_transmit_order(PeerId id, Peer& peer);
+  // Lists a connection that an API call or a datagram may have given
+  // something to do (awake_).
+  void awaken(PeerId id, Peer& peer);
+  void awaken_all();
+  void awaken_qp_connection(const QueuePair* qp);
   Peer* peer_for(PeerId peer, bool create);
   Connection* connection_for(PeerId peer, bool create);
   // Writes the trailer of the datagram the peer's connection wrote (its
@@ -301,9 +315,18 @@ class Endpoint {
   uint32_t next_srq_ = 1;
   uint32_t ud_tx_cursor_ = 0;  // round-robin start among UD QPs
   uint32_t next_qpn_index_ = 0;
-  // Every connection, by distance; the round continues at tx_next_.
-  std::vector<TransmitSlot> transmit_order_;
-  size_t tx_next_ = 0;
+  // The connections that may have work, by place in the transmit round:
+  // whatever has a timer, a datagram to send or an ACK owed, or received
+  // data within its activity window (the rate hint counts it) is listed, so
+  // that timers, transmit rounds and rate hints cost what the busy
+  // connections cost, not what every connection does (4,000 idle peers
+  // made each event scan them all). The round continues after tx_last_.
+  // Sorted; its capacity is every connection's, so listing never allocates.
+  // next_wakeup() drops the quiet ones as it visits them: bookkeeping, hence
+  // mutable. latest_now_ is the latest time an entry point was given.
+  mutable std::vector<TransmitSlot> awake_;
+  Time latest_now_ = 0;
+  std::optional<TransmitSlot> tx_last_;
   uint64_t transmit_own_key_ = 0;
   std::function<uint64_t(PeerId)> transmit_key_of_;
   uint64_t planes_down_ = 0;  // bit per plane

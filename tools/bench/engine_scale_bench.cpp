@@ -16,6 +16,10 @@
 // RDMA WRITE of --mib MiB in 64 KiB messages, 64 in flight, once over one QP
 // and once round-robin over --qps QPs of the same connection: goodput in
 // virtual time and the CPU seconds the simulation took, side by side.
+// "busy_among_idle": the one-QP transfer again, once alone and once with
+// --connections idle peers (one RC QP each) on both hosts: the CPU seconds
+// of the transfer (connecting the idle peers not counted) show what the busy
+// connection pays for the idle ones, which should be next to nothing.
 #include <malloc.h>
 
 #include <CLI/CLI.hpp>
@@ -141,6 +145,45 @@ int qp_fanout(uint32_t qps, uint32_t mib) {
   return ok ? 0 : 1;
 }
 
+// The one-QP transfer of qp_fanout, once alone and once with `idle` more
+// peers on each host, one idle RC QP each: what the busy connection pays per
+// byte for the idle ones around it.
+int busy_among_idle(uint32_t idle, uint32_t mib) {
+  bool ok = true;
+  for (const uint32_t count : {0u, idle}) {
+    metaroce::sim::WriteTransferSpec spec;
+    spec.total_bytes = static_cast<uint64_t>(mib) << 20;
+    spec.message_bytes = 64 << 10;
+    spec.outstanding = 64;
+    // Peer ids above the rig's two hosts' node ids: nobody answers them.
+    double setup_cpu = 0;
+    spec.setup = [&](metaroce::sim::TwoHostRig& rig) {
+      const double setup0 = cpu_seconds();
+      for (metaroce::sim::EngineHost* host : {&rig.a(), &rig.b()}) {
+        Endpoint& e = host->endpoint();
+        ok = ok && connect_many(e, e.create_cq(1024), count, [](uint32_t i) { return 1000 + i; });
+      }
+      setup_cpu = cpu_seconds() - setup0;
+    };
+    const double cpu0 = cpu_seconds();
+    const metaroce::sim::WriteTransferResult r = metaroce::sim::run_write_transfer(spec);
+    const double cpu = cpu_seconds() - cpu0 - setup_cpu;
+    ok = ok && r.completed && r.data_intact && r.error_completions == 0;
+    std::printf("%s\n", nlohmann::json{{"case", "busy_among_idle"},
+                                       {"idle_connections", count},
+                                       {"mib", mib},
+                                       {"completed", r.completed},
+                                       {"intact", r.data_intact},
+                                       {"goodput_gbps_virtual", r.goodput_gbps},
+                                       {"cpu_seconds", cpu},
+                                       {"setup_cpu_seconds", setup_cpu},
+                                       {"events", r.events}}
+                            .dump()
+                            .c_str());
+  }
+  return ok ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -153,5 +196,6 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   const int state = idle_state(connections, idle_ms);
   const int fanout = qp_fanout(qps, mib);
-  return state != 0 ? state : fanout;
+  const int among_idle = busy_among_idle(connections, mib);
+  return state != 0 ? state : fanout != 0 ? fanout : among_idle;
 }
