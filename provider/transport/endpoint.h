@@ -259,8 +259,8 @@ class Endpoint {
   struct Peer {
     std::unique_ptr<Connection> connection;
     PeerSession session;
-    uint64_t distance = 0;       // its place in the transmit round (set_transmit_order)
-    mutable bool awake = false;  // listed in awake_
+    uint64_t distance = 0;  // its place in the transmit round (set_transmit_order)
+    bool awake = false;     // listed in awake_
   };
   // A connection's place in the transmit round (set_transmit_order): its
   // key's distance after the own key.
