@@ -116,9 +116,12 @@ int idle_state(uint32_t connections, uint32_t idle_ms) {
   return 0;
 }
 
+// The simulated transfer of qp_fanout and busy_among_idle: 64 KiB WRITEs,
+// 64 in flight.
+constexpr uint32_t kMessageBytes = 64 << 10;
+constexpr uint32_t kInFlight = 64;
+
 int qp_fanout(uint32_t qps, uint32_t mib) {
-  constexpr uint32_t kMessageBytes = 64 << 10;
-  constexpr uint32_t kInFlight = 64;
   bool ok = true;
   for (const uint32_t count : {1u, qps}) {
     metaroce::sim::WriteTransferSpec spec;
@@ -153,8 +156,8 @@ int busy_among_idle(uint32_t idle, uint32_t mib) {
   for (const uint32_t count : {0u, idle}) {
     metaroce::sim::WriteTransferSpec spec;
     spec.total_bytes = static_cast<uint64_t>(mib) << 20;
-    spec.message_bytes = 64 << 10;
-    spec.outstanding = 64;
+    spec.message_bytes = kMessageBytes;
+    spec.outstanding = kInFlight;
     // Peer ids above the rig's two hosts' node ids: nobody answers them.
     double setup_cpu = 0;
     spec.setup = [&](metaroce::sim::TwoHostRig& rig) {
